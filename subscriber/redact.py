@@ -1,0 +1,104 @@
+"""Secret redaction for anything we store or log.
+
+Tacker sends ``changedInfo.vimConnectionInfo`` with ``accessInfo`` secrets in
+clear (TACKER.md §2), and ``additionalParams`` carry SSH passwords. Values
+under secret-looking keys are replaced, and so are PEM private keys and bearer
+tokens wherever they appear inside strings.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["MASK", "is_secret_key", "redact", "redact_text", "redact_url"]
+
+MASK = "***"
+
+# Compared after lower-casing and dropping '_' and '-'.
+_SECRET_PARTS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "privatekey",
+    "certificatekey",
+    "apikey",
+    "passphrase",
+    "credential",
+    "authorization",
+)
+_SECRET_EXACT = frozenset({"key", "pass", "pwd", "auth", "cookie", "xauthtoken", "clientkey"})
+# Keys that contain a secret word but carry no secret.
+_NOT_SECRET = frozenset({"tokenendpoint", "tokenurl", "oidctokenurl", "authurl", "authtype"})
+
+_PEM_PRIVATE = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(-----END \1PRIVATE KEY-----|\Z)", re.S
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+_INLINE = re.compile(
+    r"(?i)((?:password|passwd|secret|token|bearer_token|certificate[_-]?key|api[_-]?key)"
+    r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;}]+)"
+)
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}")
+
+_cache: dict[str, bool] = {}
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a mapping key names a secret (``password``, ``bearer_token``, ...)."""
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    norm = key.lower().replace("_", "").replace("-", "")
+    result = norm not in _NOT_SECRET and (
+        norm in _SECRET_EXACT or any(part in norm for part in _SECRET_PARTS)
+    )
+    if len(_cache) < 4096:
+        _cache[key] = result
+    return result
+
+
+def redact_text(text: str) -> str:
+    """Mask secrets found inside free text (command output, error messages)."""
+    if not text:
+        return text
+    text = _PEM_PRIVATE.sub(f"-----BEGIN PRIVATE KEY-----{MASK}", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    text = _JWT.sub(MASK, text)
+    return _INLINE.sub(lambda m: f"{m.group(1)}{MASK}", text)
+
+
+def redact(value: Any) -> Any:
+    """A copy of JSON-like data with every secret masked.
+
+    Values under secret keys become ``'***'`` (empty values stay empty so the
+    shape is kept); strings elsewhere go through :func:`redact_text`.
+    """
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str) and is_secret_key(key) and not isinstance(item, (dict, list)):
+                out[key] = MASK if item not in (None, "") else item
+            else:
+                out[key] = redact(item)
+        return out
+    if isinstance(value, list):
+        return [redact(item) for item in value]
+    if isinstance(value, str) and len(value) >= 8:
+        return redact_text(value)
+    return value
+
+
+def redact_url(url: str) -> str:
+    """A URL with its password (``user:password@``) masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{netloc}"))

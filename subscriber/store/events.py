@@ -1,0 +1,302 @@
+"""The event log: durable append with dedup and group commit, and the reads lanes need."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from schemas import VnfLcmOperationOccurrenceNotification
+from subscriber.errors import StoreError, StoreUnavailable
+from subscriber.redact import redact
+from subscriber.store.records import AppendResult, EventRow, NewEvent, state_rank
+from subscriber.store.tables import EventStatus, events
+
+__all__ = ["AppendedEvent", "EventStore"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedEvent:
+    """What append listeners hear about each newly stored (non-duplicate) event."""
+
+    event_id: int
+    lane: str | None
+    source: str
+    notification_type: str | None
+    operation: str | None
+    operation_state: str | None
+    received_at: float
+
+
+def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
+    n = new.notification
+    op_occ = isinstance(n, VnfLcmOperationOccurrenceNotification)
+    return {
+        "received_at": now,
+        "updated_at": now,
+        "source": new.source,
+        "notification_type": n.notificationType.value,
+        "notification_id": n.id,
+        "vnf_instance_id": n.vnfInstanceId,
+        "vnf_lcm_op_occ_id": n.vnfLcmOpOccId if op_occ else None,
+        "operation": n.operation.value if op_occ else None,
+        "operation_state": n.operationState.value if op_occ else None,
+        "notification_status": n.notificationStatus.value if op_occ else None,
+        "state_rank": state_rank(n),
+        "dedup_key": new.dedup_key,
+        "api_version": new.api_version,
+        "body": json.dumps(redact(new.body), separators=(",", ":")),
+        "meta": json.dumps(redact(new.meta), separators=(",", ":")) if new.meta else None,
+        "status": EventStatus.PENDING,
+        "status_detail": None,
+    }
+
+
+class _Pending:
+    __slots__ = ("future", "values")
+
+    def __init__(self, values: dict[str, Any], future: asyncio.Future[AppendResult]) -> None:
+        self.values = values
+        self.future = future
+
+
+class EventStore:
+    """Appends events with group commit and answers the dispatcher's queries.
+
+    Concurrent :meth:`append` calls are written by one writer task in shared
+    transactions: whoever arrives while a commit is in flight joins the next
+    one. Each caller still returns only after its own row is committed.
+    """
+
+    def __init__(
+        self,
+        write_engine: AsyncEngine,
+        read_engine: AsyncEngine,
+        *,
+        write_lock: asyncio.Lock,
+        group_commit_max: int = 256,
+    ) -> None:
+        self._write = write_engine
+        self._read = read_engine
+        self._write_lock = write_lock
+        self._max = group_commit_max
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+        self._listeners: list[Callable[[Sequence[AppendedEvent]], None]] = []
+        self._closed = False
+        dialect = write_engine.dialect.name
+        self._insert = (
+            postgresql.insert(events) if dialect == "postgresql" else sqlite.insert(events)
+        )
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(self) -> None:
+        if self._writer is not None:
+            raise RuntimeError("EventStore already started")
+        self._writer = asyncio.create_task(self._write_loop(), name="event-store-writer")
+        self._writer.add_done_callback(self._writer_done)
+
+    async def stop(self) -> None:
+        """Write what is queued, then stop the writer (idempotent)."""
+        self._closed = True
+        task, self._writer = self._writer, None
+        if task is None:
+            return
+        await self._queue.put(_Pending({}, asyncio.get_running_loop().create_future()))
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def _writer_done(self, task: asyncio.Task[None]) -> None:
+        # If the writer dies, nobody may wait forever for a commit.
+        exc = None if task.cancelled() else task.exception()
+        err = StoreError(f"event writer stopped: {exc or 'cancelled'}")
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if not item.future.done():
+                item.future.set_exception(err)
+        if exc is not None:
+            log.error("event writer died", exc_info=exc)
+
+    def add_listener(self, listener: Callable[[Sequence[AppendedEvent]], None]) -> None:
+        """Call ``listener`` (synchronously, on the loop) with every committed batch."""
+        self._listeners.append(listener)
+
+    # -- append --------------------------------------------------------------
+
+    async def append(self, new: NewEvent) -> AppendResult:
+        """Store one event durably unless its dedup key is already stored.
+
+        Returns:
+            the event id and whether it was a duplicate (nothing added).
+
+        Raises:
+            StoreUnavailable: the database could not be written (retriable).
+            StoreError: the store is stopped.
+        """
+        if self._closed or self._writer is None:
+            raise StoreError("event store is not running")
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Pending(_row_values(new, time.time()), future))
+        return await future
+
+    async def _write_loop(self) -> None:
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            while len(batch) < self._max and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            stopping = any(not p.values for p in batch)
+            work = [p for p in batch if p.values]
+            if work:
+                await self._commit_batch(work)
+            if stopping:
+                for p in batch:
+                    if not p.values and not p.future.done():
+                        p.future.set_result(AppendResult(0, True))
+                return
+
+    async def _commit_batch(self, batch: list[_Pending]) -> None:
+        # Collapse duplicates inside the batch: the first one is inserted.
+        by_key: dict[str, list[_Pending]] = {}
+        for item in batch:
+            by_key.setdefault(item.values["dedup_key"], []).append(item)
+        rows = [items[0].values for items in by_key.values()]
+        try:
+            async with self._write_lock, self._write.begin() as conn:
+                stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
+                    events.c.id, events.c.dedup_key
+                )
+                inserted = {r.dedup_key: r.id for r in (await conn.execute(stmt, rows)).all()}
+                missing = [k for k in by_key if k not in inserted]
+                existing: dict[str, int] = {}
+                if missing:
+                    res = await conn.execute(
+                        sa.select(events.c.id, events.c.dedup_key).where(
+                            events.c.dedup_key.in_(missing)
+                        )
+                    )
+                    existing = {r.dedup_key: r.id for r in res.all()}
+        except (SQLAlchemyError, OSError) as exc:
+            err = StoreUnavailable(f"could not store events: {type(exc).__name__}")
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(err)
+            log.error("event batch failed", exc_info=exc)
+            return
+
+        appended: list[AppendedEvent] = []
+        for key, items in by_key.items():
+            if key in inserted:
+                first, rest = items[0], items[1:]
+                v = first.values
+                appended.append(
+                    AppendedEvent(
+                        inserted[key],
+                        v["vnf_instance_id"],
+                        v["source"],
+                        v["notification_type"],
+                        v["operation"],
+                        v["operation_state"],
+                        v["received_at"],
+                    )
+                )
+                if not first.future.done():
+                    first.future.set_result(AppendResult(inserted[key], False))
+                for item in rest:
+                    if not item.future.done():
+                        item.future.set_result(AppendResult(inserted[key], True))
+            else:
+                event_id = existing.get(key, 0)
+                for item in items:
+                    if not item.future.done():
+                        item.future.set_result(AppendResult(event_id, True))
+        if appended:
+            for listener in self._listeners:
+                try:
+                    listener(appended)
+                except Exception:
+                    log.exception("append listener failed")
+
+    # -- reads ---------------------------------------------------------------
+
+    async def get(self, event_id: int) -> EventRow | None:
+        async with self._read.connect() as conn:
+            row = (
+                (await conn.execute(sa.select(events).where(events.c.id == event_id)))
+                .mappings()
+                .first()
+            )
+        return EventRow.from_mapping(row) if row else None
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        vnf_instance_id: str | None = None,
+        limit: int | None = None,
+        after_id: int = 0,
+    ) -> list[EventRow]:
+        """Events in id order, optionally filtered."""
+        q = sa.select(events).where(events.c.id > after_id).order_by(events.c.id)
+        if status:
+            q = q.where(events.c.status == status)
+        if vnf_instance_id:
+            q = q.where(events.c.vnf_instance_id == vnf_instance_id)
+        if limit:
+            q = q.limit(limit)
+        async with self._read.connect() as conn:
+            rows = (await conn.execute(q)).mappings().all()
+        return [EventRow.from_mapping(r) for r in rows]
+
+    async def lanes_with_open_events(self) -> list[str]:
+        """Every lane (vnfInstanceId) that has pending, running or retrying events."""
+        q = (
+            sa.select(events.c.vnf_instance_id)
+            .where(events.c.status.in_(EventStatus.OPEN))
+            .group_by(events.c.vnf_instance_id)
+        )
+        async with self._read.connect() as conn:
+            return [r[0] for r in (await conn.execute(q)).all() if r[0] is not None]
+
+    async def open_events(self, lane: str) -> list[EventRow]:
+        """The lane's events still to run (pending, running, retry), in id order."""
+        q = (
+            sa.select(events)
+            .where(events.c.vnf_instance_id == lane, events.c.status.in_(EventStatus.OPEN))
+            .order_by(events.c.id)
+        )
+        async with self._read.connect() as conn:
+            rows = (await conn.execute(q)).mappings().all()
+        return [EventRow.from_mapping(r) for r in rows]
+
+    async def op_occ_states(self, op_occ_ids: Iterable[str]) -> list[tuple[str, int, str, int]]:
+        """``(op_occ_id, event_id, status, state_rank)`` of every event of these op-occs."""
+        ids = list(set(op_occ_ids))
+        if not ids:
+            return []
+        q = sa.select(
+            events.c.vnf_lcm_op_occ_id, events.c.id, events.c.status, events.c.state_rank
+        ).where(events.c.vnf_lcm_op_occ_id.in_(ids))
+        async with self._read.connect() as conn:
+            return [(r[0], r[1], r[2], r[3]) for r in (await conn.execute(q)).all()]
+
+    async def set_status(self, event_id: int, status: str, detail: str | None = None) -> None:
+        async with self._write_lock, self._write.begin() as conn:
+            await conn.execute(
+                events.update()
+                .where(events.c.id == event_id)
+                .values(status=status, status_detail=detail, updated_at=time.time())
+            )

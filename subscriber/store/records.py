@@ -1,0 +1,148 @@
+"""Plain values passed in and out of the store."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas import (
+    STATE_RANK,
+    Notification,
+    VnfLcmOperationOccurrenceNotification,
+)
+
+__all__ = ["AppendResult", "EventRow", "NewEvent", "dedup_key_of"]
+
+SOURCES = ("http", "kafka", "reconcile", "replay")
+
+
+def dedup_key_of(notification: Notification) -> str:
+    """The dedup key of DESIGN.md (never the notification ``id``: Tacker makes a new one per send).
+
+    Op-occ notifications: (vnfLcmOpOccId, operationState, notificationStatus).
+    Identifier notifications: (notificationType, vnfInstanceId).
+    """
+    if isinstance(notification, VnfLcmOperationOccurrenceNotification):
+        return "|".join(
+            (
+                "opocc",
+                notification.vnfLcmOpOccId,
+                notification.operationState.value,
+                notification.notificationStatus.value,
+            )
+        )
+    return "|".join(("ident", notification.notificationType.value, notification.vnfInstanceId))
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """One received transition, ready to append.
+
+    Arguments:
+        source: ``http``, ``kafka``, ``reconcile`` or ``replay``.
+        notification: the validated notification.
+        body: the decoded JSON body as received (redacted by the store).
+        api_version: the ``Version`` header, when present.
+        meta: where it came from (Kafka topic/partition/offset/headers ...).
+    """
+
+    source: str
+    notification: Notification
+    body: dict[str, Any]
+    api_version: str | None = None
+    meta: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"unknown event source {self.source!r}")
+
+    @property
+    def dedup_key(self) -> str:
+        return dedup_key_of(self.notification)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    event_id: int
+    duplicate: bool
+
+
+@dataclass(slots=True)
+class EventRow:
+    """An event as stored."""
+
+    id: int
+    received_at: float
+    updated_at: float
+    source: str
+    notification_type: str | None
+    notification_id: str | None
+    vnf_instance_id: str | None
+    vnf_lcm_op_occ_id: str | None
+    operation: str | None
+    operation_state: str | None
+    notification_status: str | None
+    state_rank: int | None
+    dedup_key: str
+    api_version: str | None
+    body: str
+    meta: str | None
+    status: str
+    status_detail: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, row: Any) -> EventRow:
+        return cls(**{k: row[k] for k in _EVENT_COLUMNS})
+
+    def body_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.body)
+        return data
+
+    def meta_json(self) -> dict[str, Any]:
+        return json.loads(self.meta) if self.meta else {}
+
+    def summary(self) -> dict[str, Any]:
+        """The public JSON shape used by ``events list --format json``."""
+        return {
+            "id": self.id,
+            "receivedAt": self.received_at,
+            "source": self.source,
+            "notificationType": self.notification_type,
+            "vnfInstanceId": self.vnf_instance_id,
+            "vnfLcmOpOccId": self.vnf_lcm_op_occ_id,
+            "operation": self.operation,
+            "operationState": self.operation_state,
+            "notificationStatus": self.notification_status,
+            "status": self.status,
+            "statusDetail": self.status_detail,
+        }
+
+
+_EVENT_COLUMNS = (
+    "id",
+    "received_at",
+    "updated_at",
+    "source",
+    "notification_type",
+    "notification_id",
+    "vnf_instance_id",
+    "vnf_lcm_op_occ_id",
+    "operation",
+    "operation_state",
+    "notification_status",
+    "state_rank",
+    "dedup_key",
+    "api_version",
+    "body",
+    "meta",
+    "status",
+    "status_detail",
+)
+
+
+def state_rank(notification: Notification) -> int | None:
+    if isinstance(notification, VnfLcmOperationOccurrenceNotification):
+        return STATE_RANK[notification.operationState]
+    return None

@@ -1,0 +1,122 @@
+"""The store's schema (SQLAlchemy Core). Alembic migrations create it; keep both in step."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = [
+    "EventStatus",
+    "JobStatus",
+    "StepStatus",
+    "events",
+    "jobs",
+    "leases",
+    "metadata",
+    "steps",
+]
+
+metadata = sa.MetaData()
+
+# SQLite only aliases rowid (and so autoincrements) for a plain INTEGER key.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+class EventStatus:
+    PENDING = "pending"  # stored, waiting for its lane
+    RUNNING = "running"  # its job is running
+    RETRY = "retry"  # its job failed transiently, next attempt scheduled
+    DONE = "done"
+    FAILED = "failed"  # its job failed for good; kept for replay
+    IGNORED = "ignored"  # no handler for (operation, state)
+    STALE = "stale"  # older than a transition already handled for its op-occ
+    ECHO = "echo"  # notification of our own write-back
+    POISON = "poison"  # unparseable input kept for the operator (Kafka)
+
+    OPEN = (PENDING, RUNNING, RETRY)
+    HANDLED = (RUNNING, RETRY, DONE, FAILED, IGNORED, ECHO)
+
+
+class JobStatus:
+    RUNNING = "running"
+    RETRY = "retry"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class StepStatus:
+    RUNNING = "running"
+    DONE = "done"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("received_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("notification_type", sa.String(64), nullable=True),
+    sa.Column("notification_id", sa.String(255), nullable=True),
+    sa.Column("vnf_instance_id", sa.String(255), nullable=True),
+    sa.Column("vnf_lcm_op_occ_id", sa.String(255), nullable=True),
+    sa.Column("operation", sa.String(32), nullable=True),
+    sa.Column("operation_state", sa.String(32), nullable=True),
+    sa.Column("notification_status", sa.String(16), nullable=True),
+    sa.Column("state_rank", sa.Integer, nullable=True),
+    sa.Column("dedup_key", sa.String(700), nullable=False),
+    sa.Column("api_version", sa.String(32), nullable=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("meta", sa.Text, nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("status_detail", sa.Text, nullable=True),
+    sa.UniqueConstraint("dedup_key", name="uq_events_dedup_key"),
+)
+sa.Index("ix_events_status_instance", events.c.status, events.c.vnf_instance_id)
+sa.Index("ix_events_instance", events.c.vnf_instance_id, events.c.id)
+sa.Index("ix_events_op_occ", events.c.vnf_lcm_op_occ_id)
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("event_id", BigId, sa.ForeignKey("events.id"), nullable=False),
+    sa.Column("handler", sa.String(64), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_attempt_at", sa.Float, nullable=True),
+    sa.Column("error_class", sa.String(32), nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+sa.Index("ix_jobs_event", jobs.c.event_id, jobs.c.id)
+
+steps = sa.Table(
+    "steps",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("job_id", BigId, sa.ForeignKey("jobs.id"), nullable=False),
+    sa.Column("idx", sa.Integer, nullable=False),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("idempotent", sa.Boolean, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("started_at", sa.Float, nullable=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("output", sa.Text, nullable=True),
+    sa.Column("result", sa.Text, nullable=True),
+    sa.UniqueConstraint("job_id", "name", name="uq_steps_job_name"),
+)
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("lane", sa.String(255), primary_key=True),
+    sa.Column("owner", sa.String(255), nullable=False),
+    sa.Column("acquired_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+)
