@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from contextlib import AbstractAsyncContextManager
 import json
 import logging
 import time
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from schemas import VnfLcmOperationOccurrenceNotification
 from subscriber.errors import StoreError, StoreUnavailable
-from subscriber.redact import redact
+from subscriber.redact import redact, redact_text
 from subscriber.store.records import AppendResult, EventRow, NewEvent, state_rank
 from subscriber.store.tables import EventStatus, events
 
@@ -85,7 +86,7 @@ class EventStore:
         write_engine: AsyncEngine,
         read_engine: AsyncEngine,
         *,
-        write_lock: asyncio.Lock,
+        write_lock: AbstractAsyncContextManager[Any],
         group_commit_max: int = 256,
     ) -> None:
         self._write = write_engine
@@ -229,6 +230,50 @@ class EventStore:
                     listener(appended)
                 except Exception:
                     log.exception("append listener failed")
+
+    async def append_poison(
+        self,
+        *,
+        source: str,
+        raw: bytes,
+        error: str,
+        dedup_key: str,
+        meta: dict[str, Any] | None = None,
+    ) -> AppendResult:
+        """Keep an input that is not a valid notification, for the operator.
+
+        It is stored with status ``poison`` (never dispatched), its raw text
+        redacted, and the validation ``error``. ``dedup_key`` must identify the
+        input's origin (e.g. ``poison|kafka|topic|partition|offset``) so a
+        redelivery adds nothing.
+        """
+        now = time.time()
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            body = json.dumps(redact(json.loads(text)), separators=(",", ":"))
+        except ValueError:
+            body = json.dumps({"raw": redact_text(text)})
+        values = {
+            "received_at": now,
+            "updated_at": now,
+            "source": source,
+            "dedup_key": dedup_key,
+            "body": body,
+            "meta": json.dumps(redact(meta), separators=(",", ":")) if meta else None,
+            "status": EventStatus.POISON,
+            "status_detail": redact_text(error),
+        }
+        async with self._write_lock, self._write.begin() as conn:
+            stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
+                events.c.id
+            )
+            row = (await conn.execute(stmt, [values])).first()
+            if row is not None:
+                return AppendResult(row[0], False)
+            existing = await conn.scalar(
+                sa.select(events.c.id).where(events.c.dedup_key == dedup_key)
+            )
+            return AppendResult(int(existing or 0), True)
 
     # -- reads ---------------------------------------------------------------
 

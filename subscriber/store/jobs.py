@@ -1,0 +1,207 @@
+"""Jobs (one handler run for an event) and their step checkpoints."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from subscriber.redact import redact, redact_text
+from subscriber.store.tables import StepStatus, events, jobs, steps
+
+__all__ = ["JobRow", "JobStore", "StepRow"]
+
+
+@dataclass(slots=True)
+class JobRow:
+    id: int
+    event_id: int
+    handler: str
+    mode: str
+    status: str
+    attempts: int
+    next_attempt_at: float | None
+    error_class: str | None
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(slots=True)
+class StepRow:
+    id: int
+    job_id: int
+    idx: int
+    name: str
+    idempotent: bool
+    status: str
+    attempts: int
+    started_at: float | None
+    finished_at: float | None
+    error: str | None
+    output: str | None
+    result: str | None
+
+    def result_json(self) -> Any:
+        return json.loads(self.result) if self.result else None
+
+
+def _job(row: Any) -> JobRow:
+    return JobRow(**{k: row[k] for k in JobRow.__slots__})
+
+
+def _step(row: Any) -> StepRow:
+    return StepRow(**{k: row[k] for k in StepRow.__slots__})
+
+
+class JobStore:
+    """Persistence of jobs and step checkpoints (all text redacted before it is written)."""
+
+    def __init__(
+        self,
+        write_engine: AsyncEngine,
+        read_engine: AsyncEngine,
+        *,
+        write_lock: AbstractAsyncContextManager[Any],
+    ) -> None:
+        self._write = write_engine
+        self._read = read_engine
+        self._lock = write_lock
+
+    async def create(self, event_id: int, handler: str, mode: str, event_status: str) -> JobRow:
+        """Create a job for ``event_id`` and set the event's status, in one transaction."""
+        now = time.time()
+        async with self._lock, self._write.begin() as conn:
+            job_id = (
+                await conn.execute(
+                    jobs.insert()
+                    .values(
+                        event_id=event_id,
+                        handler=handler,
+                        mode=mode,
+                        status="running",
+                        attempts=0,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                    .returning(jobs.c.id)
+                )
+            ).scalar_one()
+            await conn.execute(
+                events.update()
+                .where(events.c.id == event_id)
+                .values(status=event_status, status_detail=None, updated_at=now)
+            )
+        return JobRow(job_id, event_id, handler, mode, "running", 0, None, None, None, now, now)
+
+    async def current(self, event_id: int) -> JobRow | None:
+        """The newest job of an event."""
+        q = sa.select(jobs).where(jobs.c.event_id == event_id).order_by(jobs.c.id.desc()).limit(1)
+        async with self._read.connect() as conn:
+            row = (await conn.execute(q)).mappings().first()
+        return _job(row) if row else None
+
+    async def get(self, job_id: int) -> JobRow | None:
+        async with self._read.connect() as conn:
+            row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).mappings().first()
+        return _job(row) if row else None
+
+    async def for_event(self, event_id: int) -> list[JobRow]:
+        q = sa.select(jobs).where(jobs.c.event_id == event_id).order_by(jobs.c.id)
+        async with self._read.connect() as conn:
+            return [_job(r) for r in (await conn.execute(q)).mappings().all()]
+
+    async def steps(self, job_id: int) -> list[StepRow]:
+        q = sa.select(steps).where(steps.c.job_id == job_id).order_by(steps.c.idx)
+        async with self._read.connect() as conn:
+            return [_step(r) for r in (await conn.execute(q)).mappings().all()]
+
+    async def update(
+        self,
+        job_id: int,
+        *,
+        event_id: int,
+        status: str,
+        event_status: str,
+        attempts: int | None = None,
+        next_attempt_at: float | None = None,
+        error_class: str | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        """Set a job's outcome and its event's status together."""
+        now = time.time()
+        values: dict[str, Any] = {
+            "status": status,
+            "next_attempt_at": next_attempt_at,
+            "error_class": error_class,
+            "last_error": redact_text(last_error) if last_error else None,
+            "updated_at": now,
+        }
+        if attempts is not None:
+            values["attempts"] = attempts
+        detail = values["last_error"]
+        async with self._lock, self._write.begin() as conn:
+            await conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
+            await conn.execute(
+                events.update()
+                .where(events.c.id == event_id)
+                .values(status=event_status, status_detail=detail, updated_at=now)
+            )
+
+    async def step_started(self, job_id: int, idx: int, name: str, idempotent: bool) -> None:
+        """Checkpoint: the step is about to run (written before any side effect)."""
+        now = time.time()
+        async with self._lock, self._write.begin() as conn:
+            res = await conn.execute(
+                steps.update()
+                .where(steps.c.job_id == job_id, steps.c.name == name)
+                .values(
+                    status=StepStatus.RUNNING,
+                    attempts=steps.c.attempts + 1,
+                    started_at=now,
+                    finished_at=None,
+                    error=None,
+                    idx=idx,
+                )
+            )
+            if res.rowcount == 0:
+                await conn.execute(
+                    steps.insert().values(
+                        job_id=job_id,
+                        idx=idx,
+                        name=name,
+                        idempotent=idempotent,
+                        status=StepStatus.RUNNING,
+                        attempts=1,
+                        started_at=now,
+                    )
+                )
+
+    async def step_finished(
+        self,
+        job_id: int,
+        name: str,
+        status: str,
+        *,
+        error: str | None = None,
+        output: str | None = None,
+        result: Any = None,
+    ) -> None:
+        """Checkpoint: the step's outcome (``done``, ``skipped`` or ``failed``)."""
+        async with self._lock, self._write.begin() as conn:
+            await conn.execute(
+                steps.update()
+                .where(steps.c.job_id == job_id, steps.c.name == name)
+                .values(
+                    status=status,
+                    finished_at=time.time(),
+                    error=redact_text(error) if error else None,
+                    output=redact_text(output) if output else None,
+                    result=json.dumps(redact(result)) if result is not None else None,
+                )
+            )
