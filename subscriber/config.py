@@ -90,6 +90,9 @@ class DatabaseSettings(_Section):
 class DispatchSettings(_Section):
     """Lanes, ordering, leases and retries."""
 
+    # False: this process only ingests (stores and acknowledges); other
+    # replicas sharing the database run the jobs.
+    enabled: bool = True
     max_parallel_lanes: int = Field(default=16, gt=0)
     reorder_window: float = Field(default=0.3, ge=0)
     lease_ttl: float = Field(default=30.0, gt=0)
