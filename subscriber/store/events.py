@@ -8,7 +8,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +21,10 @@ from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.redact import redact, redact_text
 from subscriber.store.database import Database
 from subscriber.store.records import AppendResult, EventRow, NewEvent, state_rank
-from subscriber.store.tables import EventStatus, events
+from subscriber.store.tables import EventStatus, JobStatus, events, jobs
 from subscriber.store.writer import INGEST, WriteQueue
 
-__all__ = ["AppendedEvent", "EventStore"]
+__all__ = ["AppendedEvent", "EventStore", "LaneSnapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,15 @@ class AppendedEvent:
     operation: str | None
     operation_state: str | None
     received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSnapshot:
+    """A lane's open events, the states seen for their op-occs, and backoff deadlines."""
+
+    open_events: list[EventRow]
+    op_occ_events: list[tuple[str, int, str, int]]
+    retry_at: dict[int, float]
 
 
 def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
@@ -318,28 +327,35 @@ class EventStore:
         rows = await self._db.read(lambda conn: conn.execute(q).all())
         return [r[0] for r in rows if r[0] is not None]
 
-    async def open_events(self, lane: str) -> builtins.list[EventRow]:
-        """The lane's events still to run (pending, running, retry), in id order."""
-        q = (
+    async def lane_snapshot(self, lane: str) -> LaneSnapshot:
+        """Everything the dispatcher needs to pick a lane's next event, in one read."""
+        open_q = (
             sa.select(events)
             .where(events.c.vnf_instance_id == lane, events.c.status.in_(EventStatus.OPEN))
             .order_by(events.c.id)
         )
-        rows = await self._db.read(lambda conn: conn.execute(q).mappings().all())
-        return [EventRow.from_mapping(r) for r in rows]
 
-    async def op_occ_states(
-        self, op_occ_ids: Iterable[str]
-    ) -> builtins.list[tuple[str, int, str, int]]:
-        """``(op_occ_id, event_id, status, state_rank)`` of every event of these op-occs."""
-        ids = list(set(op_occ_ids))
-        if not ids:
-            return []
-        q = sa.select(
-            events.c.vnf_lcm_op_occ_id, events.c.id, events.c.status, events.c.state_rank
-        ).where(events.c.vnf_lcm_op_occ_id.in_(ids))
-        rows = await self._db.read(lambda conn: conn.execute(q).all())
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
+        def read(conn: Connection) -> LaneSnapshot:
+            rows = [EventRow.from_mapping(r) for r in conn.execute(open_q).mappings().all()]
+            ids = sorted({e.vnf_lcm_op_occ_id for e in rows if e.vnf_lcm_op_occ_id})
+            states: builtins.list[tuple[str, int, str, int]] = []
+            if ids:
+                q = sa.select(
+                    events.c.vnf_lcm_op_occ_id, events.c.id, events.c.status, events.c.state_rank
+                ).where(events.c.vnf_lcm_op_occ_id.in_(ids))
+                states = [(r[0], r[1], r[2], r[3]) for r in conn.execute(q).all()]
+            retry_ids = [e.id for e in rows if e.status == EventStatus.RETRY]
+            retry_at: dict[int, float] = {}
+            if retry_ids:
+                q2 = (
+                    sa.select(jobs.c.event_id, sa.func.max(jobs.c.next_attempt_at))
+                    .where(jobs.c.event_id.in_(retry_ids), jobs.c.status == JobStatus.RETRY)
+                    .group_by(jobs.c.event_id)
+                )
+                retry_at = {r[0]: r[1] for r in conn.execute(q2).all() if r[1] is not None}
+            return LaneSnapshot(rows, states, retry_at)
+
+        return await self._db.read(read)
 
     async def set_status(self, event_id: int, status: str, detail: str | None = None) -> None:
         stmt = (

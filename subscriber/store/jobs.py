@@ -103,6 +103,19 @@ class JobStore:
         row = await self._db.read(lambda conn: conn.execute(q).mappings().first())
         return _job(row) if row else None
 
+    async def resume_state(self, event_id: int) -> tuple[JobRow | None, list[StepRow]]:
+        """The newest job of an event and its step checkpoints, in one read."""
+        q = sa.select(jobs).where(jobs.c.event_id == event_id).order_by(jobs.c.id.desc()).limit(1)
+
+        def read(conn: Connection) -> tuple[JobRow | None, list[StepRow]]:
+            row = conn.execute(q).mappings().first()
+            if row is None:
+                return None, []
+            sq = sa.select(steps).where(steps.c.job_id == row["id"]).order_by(steps.c.idx)
+            return _job(row), [_step(r) for r in conn.execute(sq).mappings().all()]
+
+        return await self._db.read(read)
+
     async def get(self, job_id: int) -> JobRow | None:
         q = sa.select(jobs).where(jobs.c.id == job_id)
         row = await self._db.read(lambda conn: conn.execute(q).mappings().first())
