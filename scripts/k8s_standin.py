@@ -86,8 +86,10 @@ def record(tool: str, argv: list[str], code: int) -> None:
 
 def need_root() -> None:
     if os.geteuid() != 0:
-        raise Fail("[preflight] Some fatal errors occurred:\n\t[ERROR IsPrivilegedUser]: "
-                    "user is not running as root")
+        raise Fail(
+            "[preflight] Some fatal errors occurred:\n\t[ERROR IsPrivilegedUser]: "
+            "user is not running as root"
+        )
 
 
 def opt(args: list[str], name: str, default: str | None = None) -> str | None:
@@ -138,10 +140,26 @@ def make_ca() -> tuple[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         crt, key = os.path.join(tmp, "ca.crt"), os.path.join(tmp, "ca.key")
         subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-             "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=kubernetes",
-             "-days", "3650", "-keyout", key, "-out", crt],
-            check=True, capture_output=True,
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-subj",
+                "/CN=kubernetes",
+                "-days",
+                "3650",
+                "-keyout",
+                key,
+                "-out",
+                crt,
+            ],
+            check=True,
+            capture_output=True,
         )
         with open(crt) as fh:
             pem = fh.read()
@@ -149,12 +167,18 @@ def make_ca() -> tuple[str, str]:
 
 
 def ca_hash(pem: str) -> str:
-    pub = subprocess.run(["openssl", "x509", "-pubkey", "-noout"], input=pem.encode(),
-                         capture_output=True, check=True).stdout
-    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub,
-                         capture_output=True, check=True).stdout
-    digest = subprocess.run(["openssl", "dgst", "-sha256", "-hex"], input=der,
-                            capture_output=True, check=True).stdout.decode()
+    pub = subprocess.run(
+        ["openssl", "x509", "-pubkey", "-noout"],
+        input=pem.encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
+    der = subprocess.run(
+        ["openssl", "pkey", "-pubin", "-outform", "der"], input=pub, capture_output=True, check=True
+    ).stdout
+    digest = subprocess.run(
+        ["openssl", "dgst", "-sha256", "-hex"], input=der, capture_output=True, check=True
+    ).stdout.decode()
     return digest.strip().split()[-1]
 
 
@@ -210,8 +234,10 @@ def write_node_files(state: dict[str, Any], control_plane: bool) -> None:
 
 
 def join_command(cluster: dict[str, Any], token: str) -> str:
-    return (f"kubeadm join {cluster['endpoint']} --token {token} "
-            f"--discovery-token-ca-cert-hash sha256:{cluster['ca_hash']} ")
+    return (
+        f"kubeadm join {cluster['endpoint']} --token {token} "
+        f"--discovery-token-ca-cert-hash sha256:{cluster['ca_hash']} "
+    )
 
 
 # ---------------------------------------------------------------- kubeadm
@@ -238,10 +264,14 @@ def kubeadm(args: list[str]) -> str:
 
 def kubeadm_init(args: list[str]) -> str:
     need_root()
-    if os.path.exists(f"{ETC}/admin.conf") or os.path.exists(f"{ETC}/manifests/kube-apiserver.yaml"):
-        raise Fail("[preflight] Some fatal errors occurred:\n\t[ERROR FileAvailable--etc-"
-                   "kubernetes-manifests-kube-apiserver.yaml]: /etc/kubernetes/manifests/"
-                   "kube-apiserver.yaml already exists")
+    if os.path.exists(f"{ETC}/admin.conf") or os.path.exists(
+        f"{ETC}/manifests/kube-apiserver.yaml"
+    ):
+        raise Fail(
+            "[preflight] Some fatal errors occurred:\n\t[ERROR FileAvailable--etc-"
+            "kubernetes-manifests-kube-apiserver.yaml]: /etc/kubernetes/manifests/"
+            "kube-apiserver.yaml already exists"
+        )
     address = opt(args, "--apiserver-advertise-address") or my_address()
     name = opt(args, "--node-name") or socket.gethostname()
     cp_endpoint = opt(args, "--control-plane-endpoint")
@@ -252,8 +282,10 @@ def kubeadm_init(args: list[str]) -> str:
     token = new_token()
     with locked_state() as state:
         if state.get("cluster"):
-            raise Fail("[stand-in] a cluster already exists in this test bed; "
-                       "run `kubeadm reset -f` on its control plane first")
+            raise Fail(
+                "[stand-in] a cluster already exists in this test bed; "
+                "run `kubeadm reset -f` on its control plane first"
+            )
         cluster = {
             "endpoint": endpoint,
             "server": f"https://{endpoint}",
@@ -275,27 +307,45 @@ def kubeadm_init(args: list[str]) -> str:
         cert_key = state["certificate_key"]
     out = [
         f"[init] Using Kubernetes version: {cluster['kubernetes_version']}",
-        "[certs] Generating \"ca\" certificate and key",
-        "[kubeconfig] Writing \"admin.conf\" kubeconfig file",
+        '[certs] Generating "ca" certificate and key',
+        '[kubeconfig] Writing "admin.conf" kubeconfig file',
         f"[mark-control-plane] Marking the node {name} as control-plane",
         f"[bootstrap-token] Using token: {token}",
     ]
     if cert_key:
-        out += ["[upload-certs] Storing the certificates in Secret \"kubeadm-certs\" "
-                "in the \"kube-system\" Namespace", "[upload-certs] Using certificate key:",
-                cert_key]
-    out += ["", "Your Kubernetes control-plane has initialized successfully!", "",
-            "To start using your cluster, you need to run the following as a regular user:", "",
-            "  mkdir -p $HOME/.kube",
-            "  sudo cp -i /etc/kubernetes/admin.conf $HOME/.kube/config",
-            "  sudo chown $(id -u):$(id -g) $HOME/.kube/config", ""]
+        out += [
+            '[upload-certs] Storing the certificates in Secret "kubeadm-certs" '
+            'in the "kube-system" Namespace',
+            "[upload-certs] Using certificate key:",
+            cert_key,
+        ]
+    out += [
+        "",
+        "Your Kubernetes control-plane has initialized successfully!",
+        "",
+        "To start using your cluster, you need to run the following as a regular user:",
+        "",
+        "  mkdir -p $HOME/.kube",
+        "  sudo cp -i /etc/kubernetes/admin.conf $HOME/.kube/config",
+        "  sudo chown $(id -u):$(id -g) $HOME/.kube/config",
+        "",
+    ]
     join = join_command(cluster, token)
     if cp_endpoint and cert_key:
-        out += ["You can now join any number of the control-plane node running the following "
-                "command on each as root:", "",
-                f"  {join}\\", f"\t--control-plane --certificate-key {cert_key}", ""]
-    out += ["Then you can join any number of worker nodes by running the following on each "
-            "as root:", "", f"{join}", ""]
+        out += [
+            "You can now join any number of the control-plane node running the following "
+            "command on each as root:",
+            "",
+            f"  {join}\\",
+            f"\t--control-plane --certificate-key {cert_key}",
+            "",
+        ]
+    out += [
+        "Then you can join any number of worker nodes by running the following on each as root:",
+        "",
+        f"{join}",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -304,30 +354,37 @@ def kubeadm_upload_certs(args: list[str]) -> str:
     if not flag(args, "--upload-certs"):
         return "[upload-certs] Skipping phase. Please see --upload-certs\n"
     if not os.path.exists(f"{ETC}/admin.conf"):
-        raise Fail("error execution phase upload-certs: failed to load admin kubeconfig: "
-                   "open /etc/kubernetes/admin.conf: no such file or directory")
+        raise Fail(
+            "error execution phase upload-certs: failed to load admin kubeconfig: "
+            "open /etc/kubernetes/admin.conf: no such file or directory"
+        )
     key = secrets.token_hex(32)
     with locked_state() as state:
         if not state.get("cluster"):
             raise Fail("couldn't reach the API server: connection refused")
         state["certificate_key"] = key
-    return ("[upload-certs] Storing the certificates in Secret \"kubeadm-certs\" in the "
-            f"\"kube-system\" Namespace\n[upload-certs] Using certificate key:\n{key}\n")
+    return (
+        '[upload-certs] Storing the certificates in Secret "kubeadm-certs" in the '
+        f'"kube-system" Namespace\n[upload-certs] Using certificate key:\n{key}\n'
+    )
 
 
 def kubeadm_token(args: list[str]) -> str:
     if not args or args[0] not in ("create", "list"):
         raise Fail("kubeadm token: supported: create, list")
     if not os.path.exists(f"{ETC}/admin.conf"):
-        raise Fail("failed to load admin kubeconfig: open /etc/kubernetes/admin.conf: "
-                   "no such file or directory")
+        raise Fail(
+            "failed to load admin kubeconfig: open /etc/kubernetes/admin.conf: "
+            "no such file or directory"
+        )
     with locked_state(write=args[0] == "create") as state:
         cluster = state.get("cluster")
         if not cluster:
             raise Fail("couldn't reach the API server: connection refused")
         if args[0] == "list":
             return "TOKEN                     TTL\n" + "".join(
-                f"{t}   23h\n" for t in state.get("tokens", {}))
+                f"{t}   23h\n" for t in state.get("tokens", {})
+            )
         token = new_token()
         state.setdefault("tokens", {})[token] = {"created": time.time()}
     if flag(args, "--print-join-command"):
@@ -348,8 +405,15 @@ def join_delay() -> float:
 
 def kubeadm_join(args: list[str]) -> str:
     need_root()
-    valued = {"--token", "--discovery-token-ca-cert-hash", "--certificate-key", "--node-name",
-              "--apiserver-advertise-address", "--cri-socket", "--config"}
+    valued = {
+        "--token",
+        "--discovery-token-ca-cert-hash",
+        "--certificate-key",
+        "--node-name",
+        "--apiserver-advertise-address",
+        "--cri-socket",
+        "--config",
+    }
     pos = positionals(args, valued)
     if not pos:
         raise Fail("[discovery] please provide the API server endpoint")
@@ -361,35 +425,49 @@ def kubeadm_join(args: list[str]) -> str:
     name = opt(args, "--node-name") or socket.gethostname()
     address = opt(args, "--apiserver-advertise-address") or my_address()
     if os.path.exists(f"{ETC}/kubelet.conf"):
-        raise Fail("[preflight] Some fatal errors occurred:\n\t[ERROR FileAvailable--etc-"
-                   "kubernetes-kubelet.conf]: /etc/kubernetes/kubelet.conf already exists")
+        raise Fail(
+            "[preflight] Some fatal errors occurred:\n\t[ERROR FileAvailable--etc-"
+            "kubernetes-kubelet.conf]: /etc/kubernetes/kubelet.conf already exists"
+        )
     with locked_state(write=False) as state:
         cluster = state.get("cluster")
         if not cluster or cluster["endpoint"] != endpoint:
-            raise Fail(f"error execution phase preflight: couldn't validate the identity of "
-                       f"the API Server: Get \"https://{endpoint}/api/v1/namespaces/kube-public/"
-                       f"configmaps/cluster-info\": dial tcp {endpoint}: connect: connection refused")
+            raise Fail(
+                f"error execution phase preflight: couldn't validate the identity of "
+                f'the API Server: Get "https://{endpoint}/api/v1/namespaces/kube-public/'
+                f'configmaps/cluster-info": dial tcp {endpoint}: connect: connection refused'
+            )
         if token not in state.get("tokens", {}):
-            raise Fail("error execution phase preflight: couldn't validate the identity of the "
-                       "API Server: could not find a JWS signature in the cluster-info ConfigMap "
-                       f"for token ID \"{(token or '').split('.')[0]}\"")
+            raise Fail(
+                "error execution phase preflight: couldn't validate the identity of the "
+                "API Server: could not find a JWS signature in the cluster-info ConfigMap "
+                f'for token ID "{(token or "").split(".")[0]}"'
+            )
         if digest.removeprefix("sha256:") != cluster["ca_hash"]:
-            raise Fail("error execution phase preflight: couldn't validate the identity of the "
-                       "API Server: cluster CA found in cluster-info ConfigMap is invalid: none "
-                       "of the public keys \"sha256:...\" are pinned")
+            raise Fail(
+                "error execution phase preflight: couldn't validate the identity of the "
+                "API Server: cluster CA found in cluster-info ConfigMap is invalid: none "
+                'of the public keys "sha256:..." are pinned'
+            )
         if control_plane:
             if not cluster.get("control_plane_endpoint"):
-                raise Fail("error execution phase preflight: One or more conditions for hosting "
-                           "a new control plane instance is not satisfied.\n\nunable to add a new "
-                           "control plane instance to a cluster that doesn't have a stable "
-                           "controlPlaneEndpoint address")
+                raise Fail(
+                    "error execution phase preflight: One or more conditions for hosting "
+                    "a new control plane instance is not satisfied.\n\nunable to add a new "
+                    "control plane instance to a cluster that doesn't have a stable "
+                    "controlPlaneEndpoint address"
+                )
             if not cert_key or cert_key != state.get("certificate_key"):
-                raise Fail("error execution phase control-plane-prepare/download-certs: error "
-                           "downloading certs: error decoding certificate key")
+                raise Fail(
+                    "error execution phase control-plane-prepare/download-certs: error "
+                    "downloading certs: error decoding certificate key"
+                )
         if name in state.get("nodes", {}):
-            raise Fail(f"error execution phase kubelet-start: a Node with name \"{name}\" and "
-                       "status \"Ready\" already exists in the cluster. You must delete the "
-                       "existing Node or change the name of this new joining Node")
+            raise Fail(
+                f'error execution phase kubelet-start: a Node with name "{name}" and '
+                'status "Ready" already exists in the cluster. You must delete the '
+                "existing Node or change the name of this new joining Node"
+            )
     delay = join_delay()
     if delay > 0:
         time.sleep(delay)  # the artificial cost of a join, outside the lock
@@ -397,20 +475,30 @@ def kubeadm_join(args: list[str]) -> str:
         add_node(state, name, address, control_plane=control_plane)
         write_node_files(state, control_plane=control_plane)
     if control_plane:
-        return ("[preflight] Running pre-flight checks\n[download-certs] Downloading the "
-                "certificates in Secret \"kubeadm-certs\" in the \"kube-system\" Namespace\n"
-                "This node has joined the cluster and a new control plane instance was created\n")
-    return ("[preflight] Running pre-flight checks\n[kubelet-start] Starting the kubelet\n\n"
-            "This node has joined the cluster:\n* Certificate signing request was sent to "
-            "apiserver and a response was received.\n")
+        return (
+            "[preflight] Running pre-flight checks\n[download-certs] Downloading the "
+            'certificates in Secret "kubeadm-certs" in the "kube-system" Namespace\n'
+            "This node has joined the cluster and a new control plane instance was created\n"
+        )
+    return (
+        "[preflight] Running pre-flight checks\n[kubelet-start] Starting the kubelet\n\n"
+        "This node has joined the cluster:\n* Certificate signing request was sent to "
+        "apiserver and a response was received.\n"
+    )
 
 
 def kubeadm_reset(args: list[str]) -> str:
     need_root()
     name = socket.gethostname()
     was_cp = os.path.exists(f"{ETC}/manifests/kube-apiserver.yaml")
-    for path in (f"{ETC}/admin.conf", f"{ETC}/kubelet.conf", f"{ETC}/pki", f"{ETC}/manifests",
-                 "/var/lib/kubelet", "/var/lib/etcd"):
+    for path in (
+        f"{ETC}/admin.conf",
+        f"{ETC}/kubelet.conf",
+        f"{ETC}/pki",
+        f"{ETC}/manifests",
+        "/var/lib/kubelet",
+        "/var/lib/etcd",
+    ):
         if os.path.isdir(path):
             for entry in os.listdir(path):
                 full = os.path.join(path, entry)
@@ -429,19 +517,26 @@ def kubeadm_reset(args: list[str]) -> str:
                 state.clear()  # the last control plane is gone: so is the cluster
         elif name in nodes:
             nodes[name]["ready"] = False
-    return "[reset] Deleted contents of the etcd data directory: /var/lib/etcd\n" \
-           "[reset] Stopping the kubelet service\n"
+    return (
+        "[reset] Deleted contents of the etcd data directory: /var/lib/etcd\n"
+        "[reset] Stopping the kubelet service\n"
+    )
 
 
 # ---------------------------------------------------------------- kubectl
 
 
 def kubectl_config(args: list[str]) -> str:
-    path = opt(args, "--kubeconfig") or os.environ.get("KUBECONFIG") or \
-        os.path.expanduser("~/.kube/config")
+    path = (
+        opt(args, "--kubeconfig")
+        or os.environ.get("KUBECONFIG")
+        or os.path.expanduser("~/.kube/config")
+    )
     if not os.access(path, os.R_OK):
-        raise Fail("The connection to the server localhost:8080 was refused - did you "
-                   "specify the right host or port?")
+        raise Fail(
+            "The connection to the server localhost:8080 was refused - did you "
+            "specify the right host or port?"
+        )
     return path
 
 
@@ -457,8 +552,10 @@ def node_json(node: dict[str, Any]) -> dict[str, Any]:
         "metadata": {"name": node["name"], "labels": node["labels"]},
         "spec": {"unschedulable": node["unschedulable"]} if node["unschedulable"] else {},
         "status": {
-            "addresses": [{"type": "InternalIP", "address": node["address"]},
-                          {"type": "Hostname", "address": node["name"]}],
+            "addresses": [
+                {"type": "InternalIP", "address": node["address"]},
+                {"type": "Hostname", "address": node["name"]},
+            ],
             "conditions": [{"type": "Ready", "status": "True" if node["ready"] else "False"}],
             "nodeInfo": {"kubeletVersion": node["version"]},
         },
@@ -475,8 +572,9 @@ def node_row(node: dict[str, Any]) -> list[str]:
 
 def table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["   ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()
-             for r in [header, *rows]]
+    lines = [
+        "   ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in [header, *rows]
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -489,17 +587,18 @@ def jsonpath(obj: Any, expr: str) -> str:
         if not part:
             continue
         part = part.replace("\\.", ".")
-        if isinstance(obj, dict):
-            obj = obj.get(part)
-        else:
-            obj = None
+        obj = obj.get(part) if isinstance(obj, dict) else None
         if obj is None:
             return ""
     return obj if isinstance(obj, str) else json.dumps(obj)
 
 
-def output(args: list[str], items: list[dict[str, Any]], single: bool,
-           rows: tuple[list[str], list[list[str]]] | None) -> str:
+def output(
+    args: list[str],
+    items: list[dict[str, Any]],
+    single: bool,
+    rows: tuple[list[str], list[list[str]]] | None,
+) -> str:
     fmt = opt(args, "-o") or opt(args, "--output")
     if fmt == "json":
         data = items[0] if single else {"apiVersion": "v1", "kind": "List", "items": items}
@@ -516,9 +615,22 @@ def ns_of(args: list[str]) -> str:
     return opt(args, "-n") or opt(args, "--namespace") or "default"
 
 
-VALUED = {"-n", "--namespace", "-o", "--output", "-f", "--filename", "--kubeconfig",
-          "--field-selector", "-l", "--selector", "--timeout", "--clusterrole",
-          "--serviceaccount", "--grace-period"}
+VALUED = {
+    "-n",
+    "--namespace",
+    "-o",
+    "--output",
+    "-f",
+    "--filename",
+    "--kubeconfig",
+    "--field-selector",
+    "-l",
+    "--selector",
+    "--timeout",
+    "--clusterrole",
+    "--serviceaccount",
+    "--grace-period",
+}
 
 
 def kubectl(args: list[str]) -> str:
@@ -526,11 +638,13 @@ def kubectl(args: list[str]) -> str:
     pos = positionals(args, VALUED)
     if not pos:
         raise Fail("kubectl: missing command")
-    with locked_state(write=pos[0] in ("label", "create", "drain", "delete", "cordon",
-                                       "uncordon", "apply")) as state:
+    with locked_state(
+        write=pos[0] in ("label", "create", "drain", "delete", "cordon", "uncordon", "apply")
+    ) as state:
         if not state.get("cluster"):
-            raise Fail("The connection to the server was refused - did you specify the "
-                       "right host or port?")
+            raise Fail(
+                "The connection to the server was refused - did you specify the right host or port?"
+            )
         return kubectl_cmd(state, pos, args)
 
 
@@ -548,9 +662,11 @@ def kubectl_cmd(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
     if verb == "cluster-info":
         server = state["cluster"]["server"]
         green, yellow, reset = "\x1b[0;32m", "\x1b[0;33m", "\x1b[0m"
-        return (f"{green}Kubernetes control plane{reset} is running at {yellow}{server}{reset}\n"
-                f"{green}CoreDNS{reset} is running at {yellow}{server}/api/v1/namespaces/"
-                f"kube-system/services/kube-dns:dns/proxy{reset}\n")
+        return (
+            f"{green}Kubernetes control plane{reset} is running at {yellow}{server}{reset}\n"
+            f"{green}CoreDNS{reset} is running at {yellow}{server}/api/v1/namespaces/"
+            f"kube-system/services/kube-dns:dns/proxy{reset}\n"
+        )
     if verb == "version":
         return f"Client Version: {VERSION}\nServer Version: {VERSION}\n"
     if verb == "get":
@@ -562,9 +678,11 @@ def kubectl_cmd(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
         if secret is None:
             raise Fail(f'Error from server (NotFound): secrets "{pos[2]}" not found')
         token = base64.b64decode(secret["data"].get("token", "")).decode()
-        return (f"Name:         {pos[2]}\nNamespace:    {ns_of(args)}\n"
-                f"Type:  {secret['type']}\n\nData\n====\nca.crt:     1099 bytes\n"
-                f"namespace:  {len(ns_of(args))} bytes\ntoken:      {token}\n")
+        return (
+            f"Name:         {pos[2]}\nNamespace:    {ns_of(args)}\n"
+            f"Type:  {secret['type']}\n\nData\n====\nca.crt:     1099 bytes\n"
+            f"namespace:  {len(ns_of(args))} bytes\ntoken:      {token}\n"
+        )
     if verb == "label":
         if len(pos) < 4 or pos[1] not in ("node", "nodes", "no"):
             raise Fail("stand-in kubectl label supports: nodes NAME key=value|key-")
@@ -574,10 +692,15 @@ def kubectl_cmd(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
                 node["labels"].pop(item[:-1], None)
                 continue
             key, _, value = item.partition("=")
-            if key in node["labels"] and node["labels"][key] != value and \
-                    not flag(args, "--overwrite"):
-                raise Fail(f"error: '{key}' already has a value ({node['labels'][key]}), "
-                           "and --overwrite is false")
+            if (
+                key in node["labels"]
+                and node["labels"][key] != value
+                and not flag(args, "--overwrite")
+            ):
+                raise Fail(
+                    f"error: '{key}' already has a value ({node['labels'][key]}), "
+                    "and --overwrite is false"
+                )
             node["labels"][key] = value
         return f"node/{pos[2]} labeled\n"
     if verb in ("drain", "cordon", "uncordon"):
@@ -602,10 +725,18 @@ def kubectl_cmd(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
         raise Fail("stand-in kubectl delete supports: node NAME, secret NAME")
     if verb in ("create", "apply"):
         if len(pos) >= 3 and pos[1] == "clusterrolebinding":
-            return create_objects(state, [{
-                "kind": "ClusterRoleBinding", "metadata": {"name": pos[2]},
-                "roleRef": {"name": opt(args, "--clusterrole")},
-                "subjects": [opt(args, "--serviceaccount")]}], verb)
+            return create_objects(
+                state,
+                [
+                    {
+                        "kind": "ClusterRoleBinding",
+                        "metadata": {"name": pos[2]},
+                        "roleRef": {"name": opt(args, "--clusterrole")},
+                        "subjects": [opt(args, "--serviceaccount")],
+                    }
+                ],
+                verb,
+            )
         path = opt(args, "-f") or opt(args, "--filename")
         if not path:
             raise Fail("error: must specify one of -f and -k")
@@ -621,15 +752,22 @@ def kubectl_get(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
     names = pos[1:]
     if kind in ("node", "nodes", "no"):
         nodes = state.get("nodes", {})
-        selected = [find_node(state, n) for n in names] if names else \
-            sorted(nodes.values(), key=lambda n: n["created"])
-        return output(args, [node_json(n) for n in selected], bool(names),
-                      (["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
-                       [node_row(n) for n in selected]))
+        selected = (
+            [find_node(state, n) for n in names]
+            if names
+            else sorted(nodes.values(), key=lambda n: n["created"])
+        )
+        return output(
+            args,
+            [node_json(n) for n in selected],
+            bool(names),
+            (["NAME", "STATUS", "ROLES", "AGE", "VERSION"], [node_row(n) for n in selected]),
+        )
     if kind in ("secret", "secrets"):
         ns = ns_of(args)
-        found = [o for k, o in sorted(state.get("objects", {}).items())
-                 if k.startswith(f"Secret/{ns}/")]
+        found = [
+            o for k, o in sorted(state.get("objects", {}).items()) if k.startswith(f"Secret/{ns}/")
+        ]
         if names:
             found = [o for o in found if o["metadata"]["name"] in names]
             if not found:
@@ -637,8 +775,10 @@ def kubectl_get(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
         if not found and not (opt(args, "-o") or opt(args, "--output")):
             sys.stderr.write(f"No resources found in {ns} namespace.\n")
             return ""
-        rows = [[o["metadata"]["name"], o["type"], str(len(o["data"])), age(o["created"])]
-                for o in found]
+        rows = [
+            [o["metadata"]["name"], o["type"], str(len(o["data"])), age(o["created"])]
+            for o in found
+        ]
         return output(args, found, bool(names), (["NAME", "TYPE", "DATA", "AGE"], rows))
     if kind in ("pod", "pods", "po"):
         fmt = opt(args, "-o") or opt(args, "--output")
@@ -655,10 +795,9 @@ def parse_manifests(text: str) -> list[dict[str, Any]]:
         data = json.loads(text)
         return data.get("items", [data]) if data.get("kind") == "List" else [data]
     try:
-        import yaml  # noqa: PLC0415 - optional on the node
+        import yaml
     except ImportError:
-        return [simple_yaml(doc) for doc in re.split(r"^---\s*$", text, flags=re.M)
-                if doc.strip()]
+        return [simple_yaml(doc) for doc in re.split(r"^---\s*$", text, flags=re.M) if doc.strip()]
     return [d for d in yaml.safe_load_all(text) if d]
 
 
@@ -693,14 +832,24 @@ def create_objects(state: dict[str, Any], docs: list[dict[str, Any]], verb: str)
         ns = meta.get("namespace") or ("" if kind.startswith("Cluster") else "default")
         key = f"{kind}/{ns}/{name}"
         if key in objects and verb == "create":
-            raise Fail(f'Error from server (AlreadyExists): error when creating: '
-                       f'{kind.lower()}s "{name}" already exists')
-        obj = {"kind": kind, "metadata": {"name": name, "namespace": ns},
-               "created": time.time(), "type": doc.get("type", ""), "data": {}}
+            raise Fail(
+                f"Error from server (AlreadyExists): error when creating: "
+                f'{kind.lower()}s "{name}" already exists'
+            )
+        obj = {
+            "kind": kind,
+            "metadata": {"name": name, "namespace": ns},
+            "created": time.time(),
+            "type": doc.get("type", ""),
+            "data": {},
+        }
         if kind == "Secret" and doc.get("type") == "kubernetes.io/service-account-token":
-            token = "eyJhbGciOiJSUzI1NiJ9." + base64.urlsafe_b64encode(
-                json.dumps({"sub": name}).encode()).decode().rstrip("=") + "." + \
-                secrets.token_urlsafe(32)
+            token = (
+                "eyJhbGciOiJSUzI1NiJ9."
+                + base64.urlsafe_b64encode(json.dumps({"sub": name}).encode()).decode().rstrip("=")
+                + "."
+                + secrets.token_urlsafe(32)
+            )
             obj["data"] = {
                 "token": base64.b64encode(token.encode()).decode(),
                 "ca.crt": base64.b64encode(state["cluster"]["ca_crt"].encode()).decode(),

@@ -55,6 +55,8 @@ STANDIN = Path(__file__).resolve().parent / "k8s_standin.py"
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "lccntest"
 TEST_UID = 61917
+# The sshd processes this process started, reaped on destroy() (pid -> Popen).
+_PROCS: dict[int, subprocess.Popen[bytes]] = {}
 # Directories each host gets privately (bind mounts over the real ones).
 PRIVATE_DIRS = (
     "/etc/kubernetes",
@@ -233,8 +235,8 @@ def _write_standins(bed: TestBed) -> Path:
     for tool in ("kubeadm", "kubectl"):
         script = bin_dir / tool
         script.write_text(
-            "#!/bin/sh\n"
-            f"LCCN_STANDIN_DIR='{bed.cluster_dir}' exec /usr/bin/python3 '{STANDIN}' {tool} \"$@\"\n"
+            f"#!/bin/sh\nLCCN_STANDIN_DIR='{bed.cluster_dir}' "
+            f"exec /usr/bin/python3 '{STANDIN}' {tool} \"$@\"\n"
         )
         script.chmod(0o755)
     return bin_dir
@@ -317,6 +319,8 @@ def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path
         Path(target).mkdir(parents=True, exist_ok=True)  # mountpoints must exist
         private = host_dir / "fs" / target.strip("/").replace("/", "-")
         private.mkdir(parents=True)
+        if target == "/tmp":
+            private.chmod(0o1777)  # like the real /tmp: the login user uploads there
         mounts.append((str(private), target))
     etc_hosts = host_dir / "hosts"
     etc_hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n{address} {name}\n")
@@ -358,7 +362,10 @@ def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path
             stderr=log,
             start_new_session=True,  # survives the CLI; torn down by namespace
         )
-    return TestHost(name=name, address=address, namespace=namespace, host_key=host_key, pid=proc.pid)
+    _PROCS[proc.pid] = proc
+    return TestHost(
+        name=name, address=address, namespace=namespace, host_key=host_key, pid=proc.pid
+    )
 
 
 def _wait_listening(bed: TestBed, deadline: float) -> None:
@@ -382,6 +389,9 @@ def _wait_listening(bed: TestBed, deadline: float) -> None:
 
 
 def _alive(pid: int) -> bool:
+    proc = _PROCS.get(pid)
+    if proc is not None:
+        return proc.poll() is None
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
@@ -460,9 +470,7 @@ def create(
             bed.hosts.append(_start_host(bed, name, address, index, bin_dir))
             _save_meta(bed)
         _wait_listening(bed, time.monotonic() + start_timeout)
-        bed.known_hosts.write_text(
-            "".join(f"{h.address} {h.host_key}\n" for h in bed.hosts)
-        )
+        bed.known_hosts.write_text("".join(f"{h.address} {h.host_key}\n" for h in bed.hosts))
     except BaseException:
         destroy(bed)
         raise
@@ -518,8 +526,10 @@ def destroy(bed: TestBed) -> None:
     meta = json.loads(bed.to_json())
     _destroy_from_meta(meta)
     for host in bed.hosts:  # reap our own children
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(host.pid, 0)
+        proc = _PROCS.pop(host.pid, None)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
 
 
 def destroy_all() -> int:
