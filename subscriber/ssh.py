@@ -591,9 +591,13 @@ class SshPool:
         if not sudo or target.username == "root":
             return inner, b""
         if target.password is not None:
-            # -k: always read the password, so it never lands in the command's stdin.
+            # The first stdin line is the password: a wrapper shell reads exactly
+            # that line and hands it to `sudo -v` through a pipe, so it never
+            # reaches the command, whether sudo asks for it or not (NOPASSWD).
+            # No `exec`: without a TTY sudo's ticket belongs to the parent process.
             password = target.password.get_secret_value()
-            return f"sudo -k -S -p '' -- {inner}", (password + "\n").encode()
+            validate = 'IFS= read -r p; printf "%s\\n" "$p" | sudo -S -p "" -v && sudo -n -- '
+            return f"{shell} -c {shlex.quote(validate + inner)}", (password + "\n").encode()
         return f"sudo -n -- {inner}", b""
 
     async def run(
