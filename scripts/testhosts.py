@@ -46,7 +46,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["BASE_ROOT", "TestBed", "TestHost", "create", "destroy", "destroy_all"]
+__all__ = [
+    "BASE_ROOT",
+    "TestBed",
+    "TestHost",
+    "create",
+    "destroy",
+    "destroy_all",
+    "reset_cluster",
+]
 
 SUBNET = ipaddress.ip_network("10.77.0.0/24")
 BLOCK_PREFIX = 27
@@ -475,6 +483,28 @@ def create(
         destroy(bed)
         raise
     return bed
+
+
+def reset_cluster(bed: TestBed) -> None:
+    """Forget the stand-in cluster and empty every host's private directories.
+
+    The hosts keep running (and their sshd host keys); what a previous test
+    left in /etc/kubernetes, /tmp, /root ... and the shared state are gone.
+    """
+    for name in ("state.json", "calls.jsonl"):
+        path = bed.cluster_dir / name
+        path.write_text("")
+    for host in bed.hosts:
+        host_dir = bed.root / "hosts" / host.name
+        for private in (host_dir / "fs").iterdir():
+            for entry in private.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        (host_dir / "hosts").write_text(
+            f"127.0.0.1 localhost\n127.0.1.1 {host.name}\n{host.address} {host.name}\n"
+        )
 
 
 def _save_meta(bed: TestBed) -> None:
