@@ -195,18 +195,22 @@ def _block_is_stale(path: Path) -> bool:
         owner = (path / "owner").read_text().strip()
     except OSError:
         return True
-    pid_file = BASE_ROOT / owner / "owner.pid"
-    try:
-        pid = int(pid_file.read_text())
-    except (OSError, ValueError):
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
+    # Alive while its creator runs or any of its sshd do (`up` from the CLI exits).
+    pids: list[int] = []
+    with contextlib.suppress(OSError, ValueError):
+        pids.append(int((BASE_ROOT / owner / "owner.pid").read_text()))
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        meta = json.loads((BASE_ROOT / owner / "bed.json").read_text())
+        pids += [int(host["pid"]) for host in meta["hosts"]]
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            return False
         return False
-    return False
+    return True
 
 
 def _reclaim(block_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,23 @@ async def test_simple_cluster_one_master_two_workers(bed: Any, pool: SshPool) ->
         "kubectl get secret default-token-k8svim -o jsonpath='{.data.token}'",
     )
     assert base64.b64decode(token.check().stdout).startswith(b"eyJ")
+
+    # What scale-in / heal do next (TACKER.md §1.6): label, drain, delete, reset.
+    leaving = f"worker{octet(workers[0])}"
+    m = root(master)
+    await pool.run(m, f"kubectl label nodes {leaving} CIS-node=compute-1")
+    node = json.loads((await pool.run(m, f"kubectl get node {leaving} -o json")).check().stdout)
+    assert node["metadata"]["labels"]["CIS-node"] == "compute-1"
+    drained = await pool.run(m, f"kubectl drain {leaving} --ignore-daemonsets --timeout=30s")
+    assert drained.check().stdout.endswith(f"node/{leaving} drained\n")
+    assert "SchedulingDisabled" in (await pool.run(m, f"kubectl get node {leaving}")).stdout
+    (await pool.run(m, f"kubectl delete node {leaving}")).check()
+    assert not (await pool.run(m, f"kubectl get node {leaving}")).ok
+    (await pool.run(root(workers[0]), "kubeadm reset -f")).check()
+    assert not (await pool.run(root(workers[0]), "test -e /etc/kubernetes/kubelet.conf")).ok
+    assert sorted(bed.state()["nodes"]) == sorted(
+        [f"master{octet(master)}", f"worker{octet(workers[1])}"]
+    )
 
 
 async def test_ha_cluster_three_masters_two_workers(bed: Any, pool: SshPool) -> None:
