@@ -309,8 +309,8 @@ class KnownHosts:
             if self.knows(host, host, port):
                 return False
             name = host if port == 22 else f"[{host}]:{port}"
-            line = f"{name} {key.export_public_key('openssh').decode().split(' comment')[0]}"
-            line = " ".join(line.split()[:3]) + "\n"
+            algorithm, blob = key.export_public_key("openssh").decode().split()[:2]
+            line = f"{name} {algorithm} {blob}\n"  # without the key's comment
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as fh:
                 fh.write(line)
