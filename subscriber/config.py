@@ -168,6 +168,9 @@ class KafkaSettings(_Section):
     health_interval: float = Field(default=2.0, gt=0)
     # On revocation, how long to wait for in-flight appends before committing.
     revoke_drain_timeout: float = Field(default=5.0, ge=0)
+    # On stop, how long in-flight appends may finish before they are dropped
+    # (not committed, so redelivered later).
+    graceful_timeout: float = Field(default=10.0, ge=0)
 
     @field_validator("bootstrap_servers", "topics", mode="before")
     @classmethod
