@@ -1,9 +1,1 @@
-"""Ingest sources: each parses what it receives and appends it to the event store.
-
-Sources never run cluster work; the dispatcher's lanes do. The Kafka source is in
-:mod:`subscriber.ingest.kafka`.
-"""
-
-from __future__ import annotations
-
-__all__: list[str] = []
+"""Ingress: the doors events come in by (HTTP callbacks; Kafka records)."""
