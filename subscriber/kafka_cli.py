@@ -1,11 +1,7 @@
 """``lccn-subscriber kafka ...``: consumer-group status and publishing notifications.
 
-Wiring (in :mod:`subscriber.cli`)::
-
-    add_kafka_parser(subparsers)
-    ...
-    if args.command == "kafka":
-        return asyncio.run(run_kafka_command(args, settings))
+Wired into :mod:`subscriber.cli` with :func:`add_kafka_parser` (parsing) and
+:func:`run_kafka_command` (running, given the effective settings).
 """
 
 from __future__ import annotations
@@ -13,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -40,8 +38,14 @@ EXIT_BROKER = 2
 EXIT_CONFIG = 3
 
 
-def add_kafka_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_kafka_parser(
+    subparsers: Any, *, parents: Sequence[argparse.ArgumentParser] = ()
+) -> argparse.ArgumentParser:
     """Add ``kafka status`` and ``kafka publish FILE|-`` to an argparse subparsers object.
+
+    Arguments:
+        subparsers: what ``ArgumentParser.add_subparsers()`` returned.
+        parents: shared option parsers (``--config``) for both subcommands.
 
     Returns:
         the ``kafka`` parser; parsed args carry ``kafka_command``.
@@ -50,10 +54,13 @@ def add_kafka_parser(subparsers: Any) -> argparse.ArgumentParser:
         "kafka", help="Kafka ingest: consumer lag, publish notifications"
     )
     sub = kafka.add_subparsers(dest="kafka_command", required=True, metavar="COMMAND")
-    status = sub.add_parser("status", help="committed offset, end offset and lag per partition")
+    status = sub.add_parser(
+        "status", parents=list(parents), help="committed offset, end offset and lag per partition"
+    )
     status.add_argument("--format", choices=("table", "json"), default="table")
     publish = sub.add_parser(
         "publish",
+        parents=list(parents),
         help="produce notification JSON (one object, an array, or JSON lines), "
         "keyed by vnfInstanceId",
     )
@@ -70,6 +77,8 @@ def add_kafka_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 async def run_kafka_command(args: argparse.Namespace, settings: Settings) -> int:
     """Run the ``kafka`` subcommand parsed by :func:`add_kafka_parser`; returns the exit code."""
+    # We print one line per failure ourselves; aiokafka's per-attempt errors are noise here.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     if args.kafka_command == "status":
         return await kafka_status(settings, fmt=args.format)
     return await kafka_publish(settings, args.path, args.topic, validate=args.validate)

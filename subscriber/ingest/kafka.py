@@ -424,7 +424,7 @@ class KafkaSource:
     async def _store_one(self, record: KafkaRecord, ticket: Ticket) -> None:
         try:
             try:
-                new: NewEvent | None = decode_record(record)
+                new: NewEvent | None = decode_record(record, self._settings.client_id)
                 rejected: RecordRejected | None = None
             except RecordRejected as exc:
                 new, rejected = None, exc
@@ -459,7 +459,7 @@ class KafkaSource:
                     result = await self._sink.append(new)
                 else:
                     assert rejected is not None
-                    meta = record_meta(record)
+                    meta = record_meta(record, self._settings.client_id)
                     if rejected.field:
                         meta["field"] = rejected.field
                     result = await self._sink.append_poison(

@@ -74,10 +74,15 @@ def _text(raw: bytes) -> str:
         return "base64:" + base64.b64encode(raw).decode("ascii")
 
 
-def record_meta(record: KafkaRecord) -> dict[str, Any]:
-    """Where the record came from: topic, partition, offset, timestamp, key, headers."""
+def record_meta(record: KafkaRecord, consumer: str | None = None) -> dict[str, Any]:
+    """Where the record came from: topic, partition, offset, timestamp, key, headers.
+
+    Arguments:
+        consumer: the consuming client's id (which replica read it), if known.
+    """
     return {
         "kafka": {
+            "consumer": consumer,
             "topic": record.topic,
             "partition": record.partition,
             "offset": record.offset,
@@ -120,8 +125,12 @@ def _unwrap_oslo(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     return inner
 
 
-def decode_record(record: KafkaRecord) -> NewEvent:
+def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
     """Parse and validate one record.
+
+    Arguments:
+        record: the consumed record.
+        consumer: the consuming client's id, kept in ``meta``.
 
     Returns:
         the event to append (source ``kafka``), with the record's place,
@@ -139,7 +148,7 @@ def decode_record(record: KafkaRecord) -> NewEvent:
         raise RecordRejected(f"value is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise RecordRejected("value must be a JSON object")
-    meta = record_meta(record)
+    meta = record_meta(record, consumer)
     body = _unwrap_oslo(data, meta)
     try:
         notification = parse_notification_data(body)
