@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from subscriber.ingest.kafka import KafkaSource, SourceState
@@ -272,3 +274,32 @@ async def test_broker_restart_reconnects_and_readiness_reports_outage(
     events = await store.events.list()
     assert len(events) == 60
     assert {b["vnfLcmOpOccId"] for b in later} <= {e.vnf_lcm_op_occ_id for e in events}
+
+
+async def test_sasl_password_never_logged(
+    broker: Any, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = f"pw-{uid('secret')}"
+    topic, group = uid("topic"), uid("group")
+    await create_topic(broker.bootstrap, topic, 1)
+    await produce(broker.bootstrap, topic, transitions(3))
+    settings = fast_settings(
+        broker.bootstrap,
+        topic,
+        group,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_username="lccn",
+        sasl_password=secret,
+    )
+    caplog.set_level(logging.DEBUG)
+    async with KafkaSource(settings, store.events) as source:
+        # The broker has no SCRAM user: whatever happens, something is logged.
+        await wait_until(
+            lambda: source.status().last_error is not None or source.status().stored == 3,
+            30,
+            what="a connection outcome",
+        )
+    assert caplog.text
+    assert secret not in caplog.text
+    assert secret not in repr(settings) and secret not in str(source.status())
