@@ -12,7 +12,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "is_secret_key", "redact", "redact_text", "redact_url"]
+__all__ = ["MASK", "is_secret_key", "may_hold_secret", "redact", "redact_text", "redact_url"]
 
 MASK = "***"
 
@@ -99,6 +99,30 @@ def redact_text(text: str, *, bootstrap_tokens: bool = True) -> str:
     text = _FLAG.sub(lambda m: f"{m.group(1)}{MASK}", text)
     text = _BOOTSTRAP.sub(MASK, text)
     return _INLINE.sub(lambda m: f"{m.group(1)}{MASK}", text)
+
+
+# Every secret key name and every in-text pattern above contains one of these
+# (lower-cased). A JSON text containing none of them holds no secret we mask.
+_RAW_TRIGGERS = (
+    b"pass",
+    b"pwd",
+    b"secret",
+    b"token",
+    b"key",
+    b"auth",
+    b"cookie",
+    b"credential",
+    b"bearer",
+    b"basic",
+    b"eyj",
+    b"\\u",  # \u escapes could spell a key name: decode first
+)
+
+
+def may_hold_secret(raw: bytes) -> bool:
+    """Cheap, conservative: False only if ``raw`` cannot contain anything :func:`redact` masks."""
+    low = raw.lower()
+    return any(t in low for t in _RAW_TRIGGERS)
 
 
 def redact(value: Any) -> Any:

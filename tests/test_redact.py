@@ -76,3 +76,25 @@ def test_json_log_lines_carry_no_secret() -> None:
     line = JsonFormatter().format(record)
     assert SECRETS[0] not in line
     assert json.loads(line)["params"]["host"] == "10.0.0.2"
+
+
+def test_bodies_without_secret_words_are_kept_verbatim_and_others_redacted() -> None:
+    from schemas import parse_notification
+    from subscriber.store.records import NewEvent
+    from tests.factories import op_occ
+
+    plain = json.dumps(op_occ(state="STARTING", verbosity="SHORT")).encode()
+    new = NewEvent("http", parse_notification(plain), raw=plain)
+    assert new.stored_body() == plain.decode()  # byte for byte what Tacker sent
+
+    full = op_occ(operation="MODIFY_INFO", state="COMPLETED")
+    raw = json.dumps(full).encode()
+    stored = NewEvent("http", parse_notification(raw), raw=raw).stored_body()
+    assert "s3cr3t-bearer-TOKEN-value" not in stored
+    assert json.loads(stored)["changedInfo"]["vimConnectionInfo"]["k8s"]["accessInfo"] == {
+        "bearer_token": "***"
+    }
+    # A key spelled with JSON escapes still reaches the redactor.
+    sneaky = raw.replace(b'"bearer_token"', b'"\\u0062earer_\\u0074oken"')
+    stored = NewEvent("http", parse_notification(sneaky), raw=sneaky).stored_body()
+    assert "s3cr3t-bearer-TOKEN-value" not in stored

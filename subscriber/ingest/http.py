@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import enum
-import json
 import logging
 from types import TracebackType
 from typing import Any
@@ -72,11 +71,10 @@ async def _notification(request: web.Request) -> web.Response:
         notification = parse_notification(body)
     except NotificationParseError as exc:
         return problem_response(400, exc.detail, instance=request.path, field=exc.field)
-    data = json.loads(body)
     new = NewEvent(
         source="http",
         notification=notification,
-        body=data,
+        raw=body,
         api_version=request.headers.get("Version"),
     )
     try:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from schemas import NotificationParseError, parse_notification_data
+from schemas import NotificationParseError, parse_notification, parse_notification_data
 from subscriber.store import NewEvent
 
 __all__ = ["KafkaRecord", "RecordRejected", "decode_record", "poison_dedup_key", "record_meta"]
@@ -142,6 +142,15 @@ def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
     """
     if not record.value:
         raise RecordRejected("record has no value")
+    if b"oslo.message" not in record.value:
+        # The common case, a bare notification: validate the bytes directly.
+        try:
+            notification = parse_notification(record.value)
+        except NotificationParseError as exc:
+            raise RecordRejected(exc.detail, exc.field) from None
+        meta = record_meta(record, consumer)
+        _check_key(record, meta, notification.vnfInstanceId)
+        return NewEvent(source="kafka", notification=notification, raw=record.value, meta=meta)
     try:
         data = json.loads(record.value)
     except ValueError as exc:
@@ -154,8 +163,13 @@ def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
         notification = parse_notification_data(body)
     except NotificationParseError as exc:
         raise RecordRejected(exc.detail, exc.field) from None
+    _check_key(record, meta, notification.vnfInstanceId)
+    return NewEvent(source="kafka", notification=notification, body=body, meta=meta)
+
+
+def _check_key(record: KafkaRecord, meta: dict[str, Any], vnf_instance_id: str) -> None:
     key = meta["kafka"]["record_key"]
-    if key is not None and key != notification.vnfInstanceId:
+    if key is not None and key != vnf_instance_id:
         # The body is authoritative; the key only steered the partition.
         meta["kafka"]["key_mismatch"] = True
         log.warning(
@@ -164,6 +178,5 @@ def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
             record.partition,
             record.offset,
             key,
-            notification.vnfInstanceId,
+            vnf_instance_id,
         )
-    return NewEvent(source="kafka", notification=notification, body=body, meta=meta)

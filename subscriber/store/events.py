@@ -68,7 +68,7 @@ def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
         "state_rank": state_rank(n),
         "dedup_key": new.dedup_key,
         "api_version": new.api_version,
-        "body": json.dumps(redact(new.body), separators=(",", ":")),
+        "body": new.stored_body(),
         "meta": json.dumps(redact(new.meta), separators=(",", ":")) if new.meta else None,
         "status": EventStatus.PENDING,
         "status_detail": None,

@@ -11,6 +11,7 @@ from schemas import (
     Notification,
     VnfLcmOperationOccurrenceNotification,
 )
+from subscriber.redact import may_hold_secret, redact
 
 __all__ = ["AppendResult", "EventRow", "NewEvent", "dedup_key_of"]
 
@@ -42,20 +43,32 @@ class NewEvent:
     Arguments:
         source: ``http``, ``kafka``, ``reconcile`` or ``replay``.
         notification: the validated notification.
-        body: the decoded JSON body as received (redacted by the store).
+        body: the decoded JSON body as received, or ``None`` when ``raw`` is given.
+        raw: the body's bytes as received. The store keeps them verbatim when
+            they cannot hold a secret, and otherwise decodes and redacts them.
         api_version: the ``Version`` header, when present.
         meta: where it came from (Kafka topic/partition/offset/headers ...).
     """
 
     source: str
     notification: Notification
-    body: dict[str, Any]
+    body: dict[str, Any] | None = None
     api_version: str | None = None
     meta: dict[str, Any] | None = None
+    raw: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"unknown event source {self.source!r}")
+        if self.body is None and self.raw is None:
+            raise ValueError("NewEvent needs body or raw")
+
+    def stored_body(self) -> str:
+        """The body as it may be stored: verbatim if it cannot hold a secret, else redacted."""
+        if self.raw is not None and not may_hold_secret(self.raw):
+            return self.raw.decode("utf-8")
+        data = self.body if self.body is not None else json.loads(self.raw or b"{}")
+        return json.dumps(redact(data), separators=(",", ":"))
 
     @property
     def dedup_key(self) -> str:
