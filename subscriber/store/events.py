@@ -19,9 +19,10 @@ from sqlalchemy.engine import Connection
 from schemas import VnfLcmOperationOccurrenceNotification
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.redact import redact, redact_text
+from subscriber.store import statements as st
 from subscriber.store.database import Database
 from subscriber.store.records import AppendResult, EventRow, NewEvent, state_rank
-from subscriber.store.tables import EventStatus, JobStatus, events, jobs
+from subscriber.store.tables import EventStatus, events
 from subscriber.store.writer import INGEST, WriteQueue
 
 __all__ = ["AppendedEvent", "EventStore", "LaneSnapshot"]
@@ -329,42 +330,40 @@ class EventStore:
 
     async def lane_snapshot(self, lane: str) -> LaneSnapshot:
         """Everything the dispatcher needs to pick a lane's next event, in one read."""
-        open_q = (
-            sa.select(events)
-            .where(events.c.vnf_instance_id == lane, events.c.status.in_(EventStatus.OPEN))
-            .order_by(events.c.id)
-        )
 
         def read(conn: Connection) -> LaneSnapshot:
-            rows = [EventRow.from_mapping(r) for r in conn.execute(open_q).mappings().all()]
+            rows = [
+                EventRow.from_mapping(r)
+                for r in conn.execute(st.LANE_OPEN_EVENTS, {"b_lane": lane}).mappings().all()
+            ]
             ids = sorted({e.vnf_lcm_op_occ_id for e in rows if e.vnf_lcm_op_occ_id})
             states: builtins.list[tuple[str, int, str, int]] = []
             if ids:
-                q = sa.select(
-                    events.c.vnf_lcm_op_occ_id, events.c.id, events.c.status, events.c.state_rank
-                ).where(events.c.vnf_lcm_op_occ_id.in_(ids))
-                states = [(r[0], r[1], r[2], r[3]) for r in conn.execute(q).all()]
+                states = [
+                    (r[0], r[1], r[2], r[3])
+                    for r in conn.execute(st.OP_OCC_STATES, {"b_ids": ids}).all()
+                ]
             retry_ids = [e.id for e in rows if e.status == EventStatus.RETRY]
             retry_at: dict[int, float] = {}
             if retry_ids:
-                q2 = (
-                    sa.select(jobs.c.event_id, sa.func.max(jobs.c.next_attempt_at))
-                    .where(jobs.c.event_id.in_(retry_ids), jobs.c.status == JobStatus.RETRY)
-                    .group_by(jobs.c.event_id)
-                )
-                retry_at = {r[0]: r[1] for r in conn.execute(q2).all() if r[1] is not None}
+                retry_at = {
+                    r[0]: r[1]
+                    for r in conn.execute(st.RETRY_AT, {"b_ids": retry_ids}).all()
+                    if r[1] is not None
+                }
             return LaneSnapshot(rows, states, retry_at)
 
         return await self._db.read(read)
 
     async def set_status(self, event_id: int, status: str, detail: str | None = None) -> None:
-        stmt = (
-            events.update()
-            .where(events.c.id == event_id)
-            .values(status=status, status_detail=detail, updated_at=time.time())
-        )
+        args = {
+            "b_event_id": event_id,
+            "b_status": status,
+            "b_detail": detail,
+            "b_now": time.time(),
+        }
 
         def write(conn: Connection) -> None:
-            conn.execute(stmt)
+            conn.execute(st.SET_EVENT_STATUS, args)
 
         await self._writer.run(write)

@@ -12,8 +12,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from subscriber.redact import redact, redact_text
+from subscriber.store import statements as st
 from subscriber.store.database import Database
-from subscriber.store.tables import StepStatus, events, jobs, steps
+from subscriber.store.tables import jobs, steps
 from subscriber.store.writer import WriteQueue
 
 __all__ = ["JobRow", "JobStore", "StepOutcome", "StepRow"]
@@ -85,28 +86,12 @@ class JobStore:
     async def create(self, event_id: int, handler: str, mode: str, event_status: str) -> JobRow:
         """Create a job for ``event_id`` and set the event's status, in one transaction."""
         now = time.time()
+        job = {"b_event_id": event_id, "b_handler": handler, "b_mode": mode, "b_now": now}
+        event = {"b_event_id": event_id, "b_status": event_status, "b_detail": None, "b_now": now}
 
         def write(conn: Connection) -> int:
-            job_id = (
-                conn.execute(
-                    jobs.insert()
-                    .values(
-                        event_id=event_id,
-                        handler=handler,
-                        mode=mode,
-                        status="running",
-                        attempts=0,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                    .returning(jobs.c.id)
-                )
-            ).scalar_one()
-            conn.execute(
-                events.update()
-                .where(events.c.id == event_id)
-                .values(status=event_status, status_detail=None, updated_at=now)
-            )
+            job_id = conn.execute(st.INSERT_JOB, job).scalar_one()
+            conn.execute(st.SET_EVENT_STATUS, event)
             return int(job_id)
 
         job_id = await self._writer.run(write)
@@ -114,20 +99,19 @@ class JobStore:
 
     async def current(self, event_id: int) -> JobRow | None:
         """The newest job of an event."""
-        q = sa.select(jobs).where(jobs.c.event_id == event_id).order_by(jobs.c.id.desc()).limit(1)
-        row = await self._db.read(lambda conn: conn.execute(q).mappings().first())
+        args = {"b_event_id": event_id}
+        row = await self._db.read(lambda conn: conn.execute(st.NEWEST_JOB, args).mappings().first())
         return _job(row) if row else None
 
     async def resume_state(self, event_id: int) -> tuple[JobRow | None, list[StepRow]]:
         """The newest job of an event and its step checkpoints, in one read."""
-        q = sa.select(jobs).where(jobs.c.event_id == event_id).order_by(jobs.c.id.desc()).limit(1)
 
         def read(conn: Connection) -> tuple[JobRow | None, list[StepRow]]:
-            row = conn.execute(q).mappings().first()
+            row = conn.execute(st.NEWEST_JOB, {"b_event_id": event_id}).mappings().first()
             if row is None:
                 return None, []
-            sq = sa.select(steps).where(steps.c.job_id == row["id"]).order_by(steps.c.idx)
-            return _job(row), [_step(r) for r in conn.execute(sq).mappings().all()]
+            rows = conn.execute(st.JOB_STEPS, {"b_job_id": row["id"]}).mappings().all()
+            return _job(row), [_step(r) for r in rows]
 
         return await self._db.read(read)
 
@@ -164,61 +148,40 @@ class JobStore:
         ``final_step`` checkpoints the job's last step in the same write.
         """
         now = time.time()
-        values: dict[str, Any] = {
-            "status": status,
-            "next_attempt_at": next_attempt_at,
-            "error_class": error_class,
-            "last_error": redact_text(last_error) if last_error else None,
-            "updated_at": now,
+        detail = redact_text(last_error) if last_error else None
+        job = {
+            "b_job_id": job_id,
+            "b_status": status,
+            "b_next_attempt_at": next_attempt_at,
+            "b_error_class": error_class,
+            "b_last_error": detail,
+            "b_now": now,
+            "b_attempts": attempts,
         }
-        if attempts is not None:
-            values["attempts"] = attempts
-        detail = values["last_error"]
-        job_stmt = jobs.update().where(jobs.c.id == job_id).values(**values)
-        event_stmt = (
-            events.update()
-            .where(events.c.id == event_id)
-            .values(status=event_status, status_detail=detail, updated_at=now)
-        )
+        event = {"b_event_id": event_id, "b_status": event_status, "b_detail": detail, "b_now": now}
         step_write = self._step_write(job_id, final_step) if final_step else None
 
         def write(conn: Connection) -> None:
             if step_write is not None:
                 step_write(conn)
-            conn.execute(job_stmt)
-            conn.execute(event_stmt)
+            conn.execute(st.UPDATE_JOB, job)
+            conn.execute(st.SET_EVENT_STATUS, event)
 
         await self._writer.run(write)
 
     async def step_started(self, job_id: int, idx: int, name: str, idempotent: bool) -> None:
         """Checkpoint: the step is about to run (written before any side effect)."""
-        now = time.time()
+        args = {
+            "b_job_id": job_id,
+            "b_idx": idx,
+            "b_name": name,
+            "b_idempotent": idempotent,
+            "b_now": time.time(),
+        }
 
         def write(conn: Connection) -> None:
-            res = conn.execute(
-                steps.update()
-                .where(steps.c.job_id == job_id, steps.c.name == name)
-                .values(
-                    status=StepStatus.RUNNING,
-                    attempts=steps.c.attempts + 1,
-                    started_at=now,
-                    finished_at=None,
-                    error=None,
-                    idx=idx,
-                )
-            )
-            if res.rowcount == 0:
-                conn.execute(
-                    steps.insert().values(
-                        job_id=job_id,
-                        idx=idx,
-                        name=name,
-                        idempotent=idempotent,
-                        status=StepStatus.RUNNING,
-                        attempts=1,
-                        started_at=now,
-                    )
-                )
+            if not conn.execute(st.STEP_STARTED_UPDATE, args).rowcount:
+                conn.execute(st.STEP_STARTED_INSERT, args)
 
         await self._writer.run(write)
 
@@ -230,36 +193,21 @@ class JobStore:
     def _step_write(job_id: int, outcome: StepOutcome) -> Callable[[Connection], None]:
         # Idempotent steps get no "running" checkpoint (a crash just re-runs
         # them), so their row may not exist yet: update, else insert.
-        values = {
-            "status": outcome.status,
-            "finished_at": time.time(),
-            "error": redact_text(outcome.error) if outcome.error else None,
-            "output": redact_text(outcome.output) if outcome.output else None,
-            "result": json.dumps(redact(outcome.result)) if outcome.result is not None else None,
+        args = {
+            "b_job_id": job_id,
+            "b_idx": outcome.idx,
+            "b_name": outcome.name,
+            "b_idempotent": outcome.idempotent,
+            "b_status": outcome.status,
+            "b_started_at": outcome.started_at,
+            "b_now": time.time(),
+            "b_error": redact_text(outcome.error) if outcome.error else None,
+            "b_output": redact_text(outcome.output) if outcome.output else None,
+            "b_result": json.dumps(redact(outcome.result)) if outcome.result is not None else None,
         }
-        update = (
-            steps.update()
-            .where(steps.c.job_id == job_id, steps.c.name == outcome.name)
-            .values(
-                **values,
-                attempts=sa.case(
-                    (steps.c.status == StepStatus.RUNNING, steps.c.attempts),
-                    else_=steps.c.attempts + 1,
-                ),
-            )
-        )
-        insert = steps.insert().values(
-            job_id=job_id,
-            idx=outcome.idx,
-            name=outcome.name,
-            idempotent=outcome.idempotent,
-            attempts=1,
-            started_at=outcome.started_at,
-            **values,
-        )
 
         def write(conn: Connection) -> None:
-            if not conn.execute(update).rowcount:
-                conn.execute(insert)
+            if not conn.execute(st.STEP_FINISHED_UPDATE, args).rowcount:
+                conn.execute(st.STEP_FINISHED_INSERT, args)
 
         return write

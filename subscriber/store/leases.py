@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from subscriber.store import statements as st
 from subscriber.store.database import Database
 from subscriber.store.tables import leases
 from subscriber.store.writer import WriteQueue
@@ -37,20 +38,19 @@ class LeaseStore:
         this host). Returns whether ``owner`` holds the lease now.
         """
         now = time.time()
-        cond = sa.or_(leases.c.owner == owner, leases.c.expires_at < now)
-        if take_over:
-            cond = sa.or_(cond, leases.c.owner.in_(sorted(take_over)))
-        update = (
-            leases.update()
-            .where(leases.c.lane == lane, cond)
-            .values(owner=owner, acquired_at=now, expires_at=now + ttl)
-        )
+        args = {
+            "b_lane": lane,
+            "b_owner": owner,
+            "b_now": now,
+            "b_expires_at": now + ttl,
+            "b_take_over": sorted(take_over),
+        }
         insert = self._insert.values(
             lane=lane, owner=owner, acquired_at=now, expires_at=now + ttl
         ).on_conflict_do_nothing(index_elements=["lane"])
 
         def write(conn: Connection) -> bool:
-            if conn.execute(update).rowcount:
+            if conn.execute(st.LEASE_TAKE, args).rowcount:
                 return True
             return bool(conn.execute(insert).rowcount)
 
@@ -58,22 +58,18 @@ class LeaseStore:
 
     async def renew(self, lane: str, owner: str, ttl: float) -> bool:
         """Extend our lease; False if we lost it."""
-        stmt = (
-            leases.update()
-            .where(leases.c.lane == lane, leases.c.owner == owner)
-            .values(expires_at=time.time() + ttl)
-        )
+        args = {"b_lane": lane, "b_owner": owner, "b_expires_at": time.time() + ttl}
 
         def write(conn: Connection) -> bool:
-            return bool(conn.execute(stmt).rowcount)
+            return bool(conn.execute(st.LEASE_RENEW, args).rowcount)
 
         return await self._writer.run(write)
 
     async def release(self, lane: str, owner: str) -> None:
-        stmt = leases.delete().where(leases.c.lane == lane, leases.c.owner == owner)
+        args = {"b_lane": lane, "b_owner": owner}
 
         def write(conn: Connection) -> None:
-            conn.execute(stmt)
+            conn.execute(st.LEASE_RELEASE, args)
 
         await self._writer.run(write)
 
