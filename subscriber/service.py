@@ -12,7 +12,10 @@ from typing import Any
 from handlers import HandlerRegistry, default_registry
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
+from subscriber.health import Health
+from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.http import CallbackIngress, make_app
+from subscriber.metrics import Metrics, install_metrics_route
 from subscriber.runner import Runner
 from subscriber.store import Store
 
@@ -46,11 +49,24 @@ class Service:
     ) -> None:
         self.settings = settings
         self.store = Store(settings.database)
+        # Its own registry per Service (never the global one); /metrics serves it.
+        self.metrics = Metrics()
+        self.store.events.add_observer(self.metrics.observe_appends)
         self.registry = registry or default_registry(settings.handlers.modules)
-        self.runner = Runner(self.store, self.registry, settings.dispatch, services)
-        self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch)
+        self.runner = Runner(
+            self.store, self.registry, settings.dispatch, services, metrics=self.metrics
+        )
+        self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch, self.metrics)
         self.app = make_app(settings.http, self.store.events)
-        self.ingress = CallbackIngress(settings.http, self.app)
+        # Components add readiness checks here (Kafka assigned, subscription present ...).
+        self.health = Health(self.store)
+        self.health.install(self.app)
+        install_metrics_route(self.app, self.metrics, self.store)
+        self.auth = CallbackAuth(settings.auth, settings.http.path, self.metrics)
+        self.auth.install(self.app)
+        self.ingress = CallbackIngress(
+            settings.http, self.app, ssl_context=build_ssl_context(settings.auth)
+        )
         self._state = _State.UNOPENED
 
     @property
