@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from subscriber.config import ConfigFileError, Settings, load_settings, masked
+from subscriber.operate_cli import add_operate_parsers
 
 __all__ = ["main"]
 
@@ -238,6 +239,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     cshow = cfg.add_parser("show", parents=[common, db], help="effective config, secrets masked")
     cshow.set_defaults(func=_cmd_config_show)
+
+    # failed list/show, replay, audit list
+    add_operate_parsers(sub, [common, db])
     return parser
 
 
@@ -255,4 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module, not this __main__ copy: commands in other
+    # modules raise subscriber.cli.CliError, which must be the class caught here.
+    from subscriber.cli import main as _main
+
+    sys.exit(_main())
