@@ -33,6 +33,7 @@ from subscriber.service import Service
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
 from tests.recorders import Recorder
+from tests.test_observability import metric
 from tests.test_operate_process import basic
 
 ServiceStarter = Callable[..., Any]
@@ -59,13 +60,6 @@ async def auth_service(db_url: str) -> AsyncIterator[ServiceStarter]:
     yield start
     for svc in started:
         await svc.stop()
-
-
-def _metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 async def _stored(svc: Service) -> int:
@@ -105,7 +99,7 @@ async def test_basic_accepts_the_right_credentials_and_rejects_others(
     assert await _stored(svc) == 1
     async with http.get(f"http://127.0.0.1:{svc.port}/metrics") as resp:
         text = await resp.text()
-    assert _metric(text, 'lccn_auth_failures_total{endpoint="callback"}') == 10
+    assert metric(text, 'lccn_auth_failures_total{endpoint="callback"}') == 10
     # Health and metrics stay open to the probes.
     async with http.get(f"http://127.0.0.1:{svc.port}/healthz") as resp:
         assert resp.status == 200
