@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from subscriber.config import ConfigFileError, Settings, load_settings, masked
+from subscriber.kafka_cli import add_kafka_parser
 from subscriber.operate_cli import add_operate_parsers
 
 __all__ = ["main"]
@@ -197,6 +198,15 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- kafka ---------------------------------------------------------------------
+
+
+def _cmd_kafka(args: argparse.Namespace) -> int:
+    from subscriber.kafka_cli import run_kafka_command
+
+    return asyncio.run(run_kafka_command(args, _settings(args)))
+
+
 # -- parser ----------------------------------------------------------------------
 
 
@@ -242,6 +252,8 @@ def _parser() -> argparse.ArgumentParser:
 
     # failed list/show, replay, audit list
     add_operate_parsers(sub, [common, db])
+    kafka = add_kafka_parser(sub, parents=[common])
+    kafka.set_defaults(func=_cmd_kafka)
     return parser
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -128,6 +129,7 @@ class Metrics:
             "Seconds since the newest stored notification was received (-1: none yet)",
             registry=r,
         )
+        self._scrape_hooks: list[Callable[[], None]] = []
         self._store_ttl = store_ttl
         self._store_read_at = 0.0
         self._store_lock = asyncio.Lock()
@@ -158,6 +160,17 @@ class Metrics:
         self.events_skipped.labels(reason).inc()
 
     # -- scrape --------------------------------------------------------------
+
+    def add_scrape_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` before each scrape (e.g. to copy Kafka lag into ``consumer_lag``)."""
+        self._scrape_hooks.append(hook)
+
+    def run_scrape_hooks(self) -> None:
+        for hook in self._scrape_hooks:
+            try:
+                hook()
+            except Exception:
+                logging.getLogger(__name__).warning("metrics: scrape hook failed", exc_info=True)
 
     async def refresh_from_store(self, store: Any) -> None:
         """Read the store-backed gauges, at most once per ``store_ttl``."""
@@ -202,6 +215,7 @@ def install_metrics_route(app: web.Application, metrics: Metrics, store: Any) ->
     """``GET /metrics`` on ``app``: the store-backed gauges refreshed, then the exposition."""
 
     async def handler(request: web.Request) -> web.Response:
+        metrics.run_scrape_hooks()
         try:
             await metrics.refresh_from_store(store)
         except Exception:

@@ -12,9 +12,10 @@ from typing import Any
 from handlers import HandlerRegistry, default_registry
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
-from subscriber.health import Health
+from subscriber.health import CheckResult, Health
 from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.http import CallbackIngress, make_app
+from subscriber.ingest.kafka import KafkaSource, build_kafka_source
 from subscriber.metrics import Metrics, install_metrics_route
 from subscriber.runner import Runner
 from subscriber.store import Store
@@ -31,7 +32,7 @@ class _State(enum.Enum):
 
 
 class Service:
-    """The whole service; start order store -> dispatcher -> ingress, stop in reverse.
+    """The whole service; start order store -> dispatcher -> ingress (HTTP, Kafka), stop in reverse.
 
     Arguments:
         settings: the effective configuration.
@@ -67,7 +68,24 @@ class Service:
         self.ingress = CallbackIngress(
             settings.http, self.app, ssl_context=build_ssl_context(settings.auth)
         )
+        # Only when kafka.bootstrap_servers is configured.
+        self.kafka: KafkaSource | None = build_kafka_source(settings, self.store.events)
+        if self.kafka is not None:
+            self._observe_kafka(self.kafka)
         self._state = _State.UNOPENED
+
+    def _observe_kafka(self, kafka: KafkaSource) -> None:
+        """Kafka readiness in /readyz and its lag in ``lccn_consumer_lag``."""
+
+        async def ready() -> CheckResult:
+            return CheckResult(kafka.ready, "" if kafka.ready else "consumer not ready")
+
+        def lag() -> None:
+            for (topic, partition), behind in kafka.lag().items():
+                self.metrics.consumer_lag.labels(topic, str(partition)).set(behind)
+
+        self.health.register("kafka", ready)
+        self.metrics.add_scrape_hook(lag)
 
     @property
     def port(self) -> int | None:
@@ -82,6 +100,10 @@ class Service:
             if self.settings.dispatch.enabled:
                 await self.dispatcher.start()
             await self.ingress.start()
+            if self.kafka is not None:
+                # Returns at once; connecting and joining the group go on in
+                # the background (a broker that is down only delays ingest).
+                await self.kafka.start()
         except BaseException:
             await self.stop()
             raise
@@ -91,6 +113,8 @@ class Service:
         if self._state is _State.STOPPED:
             return
         self._state = _State.STOPPED
+        if self.kafka is not None:
+            await self.kafka.stop()
         await self.ingress.stop()
         await self.dispatcher.stop()
         await self.store.stop()
