@@ -330,3 +330,28 @@ def test_choose_next_lets_a_replayed_event_through_the_stale_check() -> None:
     decision = choose_next([old], [("o", 1, "pending", 1), ("o", 2, "done", 2)], {}, 200.0, 0.3)
     assert decision.event is old and decision.stale is None
     assert handled.replay_mode is None
+
+
+async def test_batch_replay_by_filter_is_paced_and_shows_progress(
+    start_service: ServiceFactory,
+    http: aiohttp.ClientSession,
+    db_url: str,
+    fault: Path,
+    runs_file: Path,
+) -> None:
+    svc = await start_service(registry=_registry(OperateHandler(fault, runs_file)))
+    instances = [uid() for _ in range(3)]
+    for instance in instances:
+        await _post(http, svc, op_occ(instance=instance, operation="HEAL", state="COMPLETED"))
+    events = await wait_settled(svc, 3)
+    assert {e.status for e in events} == {"failed"}
+    fault.unlink()
+    out = cli("replay", "--operation", "HEAL", "--rate", "10/s", "--yes", "--database", db_url)
+    assert out.returncode == 0, out.stderr
+    progress = [line for line in out.stderr.splitlines() if line.startswith("replay [")]
+    assert [line.split("] ")[1].split()[0] for line in progress] == ["1/3", "2/3", "3/3"]
+    for e in events:
+        await _wait_status(svc, e.id, "done")
+    (row,) = json.loads(cli("audit", "list", "--format", "json", "--database", db_url).stdout)
+    assert row["eventIds"] == sorted(e.id for e in events)
+    assert row["detail"]["filters"] == {"operation": "HEAL"} and row["detail"]["rate"] == "10/s"
