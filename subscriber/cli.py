@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from subscriber.config import ConfigFileError, Settings, load_settings, masked
 from subscriber.kafka_cli import add_kafka_parser
+from subscriber.operate_cli import add_operate_parsers
 
 __all__ = ["main"]
 
@@ -249,6 +250,8 @@ def _parser() -> argparse.ArgumentParser:
     cshow = cfg.add_parser("show", parents=[common, db], help="effective config, secrets masked")
     cshow.set_defaults(func=_cmd_config_show)
 
+    # failed list/show, replay, audit list
+    add_operate_parsers(sub, [common, db])
     kafka = add_kafka_parser(sub, parents=[common])
     kafka.set_defaults(func=_cmd_kafka)
     return parser
@@ -268,4 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module, not this __main__ copy: commands in other
+    # modules raise subscriber.cli.CliError, which must be the class caught here.
+    from subscriber.cli import main as _main
+
+    sys.exit(_main())

@@ -28,12 +28,16 @@ from pydantic_settings import (
 )
 
 __all__ = [
+    "AuthSettings",
+    "BasicAuthSettings",
     "DatabaseSettings",
     "DispatchSettings",
     "HandlerSettings",
     "HttpSettings",
     "KafkaSettings",
     "LogSettings",
+    "MtlsSettings",
+    "OAuth2Settings",
     "Settings",
     "SshSettings",
     "default_data_dir",
@@ -153,6 +157,85 @@ class SshSettings(_Section):
         return (
             self.known_hosts if self.known_hosts is not None else default_data_dir() / "known_hosts"
         )
+
+
+class BasicAuthSettings(_Section):
+    """HTTP Basic on the callback (Tacker ``authType: BASIC``, ``paramsBasic``)."""
+
+    enabled: bool = False
+    username: str = ""
+    password: SecretStr = SecretStr("")
+
+    @model_validator(mode="after")
+    def _complete(self) -> BasicAuthSettings:
+        if self.enabled and not (self.username and self.password.get_secret_value()):
+            raise ValueError("auth.basic: 'username' and 'password' are required when enabled")
+        return self
+
+
+class OAuth2Settings(_Section):
+    """This service as the OAuth 2.0 token endpoint Tacker calls (``OAUTH2_CLIENT_CREDENTIALS``).
+
+    Tacker POSTs ``grant_type=client_credentials`` with HTTP Basic
+    ``client_id:client_password`` to ``token_path`` and sends the bearer token
+    it gets on each callback. Tokens are signed with a key derived from the
+    client password, so every replica sharing the configuration accepts them.
+    """
+
+    enabled: bool = False
+    client_id: str = ""
+    client_password: SecretStr = SecretStr("")
+    token_path: str = "/token"
+    token_ttl: float = Field(default=300.0, gt=0)
+    # The URL Tacker is told to call (subscription); default: this listener + token_path.
+    token_endpoint: str = ""
+
+    @model_validator(mode="after")
+    def _complete(self) -> OAuth2Settings:
+        if self.enabled and not (self.client_id and self.client_password.get_secret_value()):
+            raise ValueError(
+                "auth.oauth2: 'client_id' and 'client_password' are required when enabled"
+            )
+        if not self.token_path.startswith("/"):
+            raise ValueError("auth.oauth2: 'token_path' must start with '/'")
+        return self
+
+
+class MtlsSettings(_Section):
+    """TLS on the listener with client certificates required (CERT_REQUIRED).
+
+    With ``client_id`` set, the token endpoint also serves Tacker's
+    ``OAUTH2_CLIENT_CERT`` flow: a token for ``client_id`` over a connection
+    whose client certificate (signed by ``ca_file``) has the SHA-256
+    thumbprint ``client_cert_sha256`` (``x5t#S256``, base64url; empty: any).
+    """
+
+    enabled: bool = False
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_id: str = ""
+    client_cert_sha256: str = ""
+
+    @model_validator(mode="after")
+    def _complete(self) -> MtlsSettings:
+        if self.enabled:
+            for name in ("ca_file", "cert_file", "key_file"):
+                path = getattr(self, name)
+                if path is None:
+                    raise ValueError(f"auth.mtls: {name!r} is required when enabled")
+                if not Path(path).is_file():
+                    raise ValueError(f"auth.mtls: {name} {path} is not a file")
+        return self
+
+
+class AuthSettings(_Section):
+    """How Tacker must authenticate to the callback (all off by default, for the lab)."""
+
+    basic: BasicAuthSettings = BasicAuthSettings()
+    oauth2: OAuth2Settings = OAuth2Settings()
+    mtls: MtlsSettings = MtlsSettings()
+    realm: str = "lccn-subscriber"
 
 
 def _string_list(value: Any) -> Any:
@@ -282,6 +365,7 @@ class Settings(BaseSettings):
     dispatch: DispatchSettings = DispatchSettings()
     handlers: HandlerSettings = HandlerSettings()
     ssh: SshSettings = SshSettings()
+    auth: AuthSettings = AuthSettings()
     kafka: KafkaSettings = KafkaSettings()
     log: LogSettings = LogSettings()
 

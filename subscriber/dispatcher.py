@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from schemas import LcmOperationType
 from subscriber.config import DispatchSettings
+from subscriber.metrics import Metrics
 from subscriber.runner import Runner
 from subscriber.store import AppendedEvent, EventRow, EventStatus, Store
 
@@ -101,6 +102,13 @@ def choose_next(
         return Decision(event=head) if at <= now else Decision(wait_until=at)
     if head.status == EventStatus.RUNNING or head.vnf_lcm_op_occ_id is None:
         return Decision(event=head)
+    # A replay is an operator's explicit order to run this transition again.
+    # By then later transitions of its op-occ have usually been handled (the
+    # replay of a failed PROCESSING job after COMPLETED arrived), which is
+    # exactly what the stale rule looks for; and the reorder wait is for
+    # arrivals in flight, which a stored event is not. So neither applies.
+    if head.replay_mode:
+        return Decision(event=head)
     op_occ, rank = head.vnf_lcm_op_occ_id, head.state_rank or 0
     if handled_max.get(op_occ, -1) > rank:
         return Decision(stale=head)
@@ -122,7 +130,14 @@ class _State(enum.Enum):
 class Dispatcher:
     """Feeds lanes from the store to the runner."""
 
-    def __init__(self, store: Store, runner: Runner, settings: DispatchSettings) -> None:
+    def __init__(
+        self,
+        store: Store,
+        runner: Runner,
+        settings: DispatchSettings,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._metrics = metrics
         self._store = store
         self._runner = runner
         self._settings = settings
@@ -236,6 +251,8 @@ class Dispatcher:
                 self._timers.pop(lane, None)
                 task = asyncio.create_task(self._run_lane(lane, dead_owners), name=f"lane:{lane}")
                 self._active[lane] = task
+                if self._metrics is not None:
+                    self._metrics.lanes_active.set(len(self._active))
                 task.add_done_callback(functools.partial(self._lane_done, lane))
             timeout = next_rescan - time.time()
             if self._timers:
@@ -247,6 +264,8 @@ class Dispatcher:
 
     def _lane_done(self, lane: str, task: asyncio.Task[None]) -> None:
         self._active.pop(lane, None)
+        if self._metrics is not None:
+            self._metrics.lanes_active.set(len(self._active))
         if not task.cancelled() and task.exception() is not None:
             log.error("lane crashed", extra={"vnfInstanceId": lane}, exc_info=task.exception())
             self._timers[lane] = time.time() + self._settings.backoff_initial
@@ -281,6 +300,8 @@ class Dispatcher:
                         EventStatus.STALE,
                         "older than a transition already handled for this op-occ",
                     )
+                    if self._metrics is not None:
+                        self._metrics.skipped("stale")
                     log.info(
                         "stale transition skipped",
                         extra={

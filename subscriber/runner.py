@@ -4,6 +4,10 @@ A job resumes at the first step not done. A non-idempotent step found still
 ``running`` (the process died or was stopped mid-step) is never re-run: the
 job fails with :class:`~subscriber.errors.StepInterrupted` and waits for an
 operator (``replay --mode anew`` once they have checked the node).
+
+A replayed event (``replay_mode`` set by ``lccn-subscriber replay``) gets a new
+job: ``resume`` inherits the last job's done steps, ``anew`` starts from step
+one (see :mod:`subscriber.store.replays`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from handlers import HandlerRegistry, JobContext, Plan, RetryClass, SkipStep, St
 from schemas import NotificationParseError, parse_notification
 from subscriber.config import DispatchSettings
 from subscriber.errors import LccnError, StepInterrupted
+from subscriber.failed import failure_output
 from subscriber.logs import EventLogAdapter
+from subscriber.metrics import Metrics
 from subscriber.redact import redact_text
 from subscriber.store import EventRow, EventStatus, JobStatus, StepStatus, Store
 from subscriber.store.jobs import JobRow, StepOutcome, StepRow
@@ -77,11 +83,13 @@ class Runner:
         registry: HandlerRegistry,
         settings: DispatchSettings,
         services: Mapping[str, Any] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
         self._settings = settings
         self._services: Mapping[str, Any] = services or {}
+        self._metrics = metrics
 
     def backoff(self, attempts: int) -> float:
         """Exponential backoff with jitter for the ``attempts``-th failure."""
@@ -91,26 +99,52 @@ class Runner:
 
     async def run(self, event: EventRow) -> JobOutcome:
         """Run (or resume) the job of ``event`` until it is done, retrying or failed."""
+        outcome, mode = await self._run(event)
+        if self._metrics is not None:
+            self._metrics.job_finished(outcome.value, mode)
+        return outcome
+
+    async def _run(self, event: EventRow) -> tuple[JobOutcome, str]:
+        mode = "live"
         try:
             notification = parse_notification(event.body)
         except NotificationParseError as exc:
             await self._store.events.set_status(
                 event.id, EventStatus.FAILED, f"stored body no longer parses: {exc.detail}"
             )
-            return JobOutcome.FAILED
+            return JobOutcome.FAILED, mode
         handler = self._registry.route(notification)
         if handler is None:
             await self._store.events.set_status(event.id, EventStatus.IGNORED, "no handler")
-            return JobOutcome.IGNORED
+            return JobOutcome.IGNORED, mode
 
-        job, stored_steps = await self._store.jobs.resume_state(event.id)
-        if job is None or job.status not in (JobStatus.RUNNING, JobStatus.RETRY):
-            job = await self._store.jobs.create(event.id, handler.name, "live", EventStatus.RUNNING)
-            stored_steps = []
-            mode = "live"
+        if event.replay_mode and event.status == EventStatus.PENDING:
+            # An operator's replay: a new job, with or without the last one's done steps.
+            job, stored_steps = await self._store.replays.start_job(
+                event.id, handler.name, event.replay_mode
+            )
+            log.info(
+                "replaying event",
+                extra={
+                    "event_id": event.id,
+                    "job_id": job.id,
+                    "mode": job.mode,
+                    "inherited_steps": [s.name for s in stored_steps],
+                    "vnfInstanceId": event.vnf_instance_id,
+                    "vnfLcmOpOccId": event.vnf_lcm_op_occ_id,
+                },
+            )
         else:
-            mode = "resume"
-            await self._store.events.set_status(event.id, EventStatus.RUNNING)
+            resumed, stored_steps = await self._store.jobs.resume_state(event.id)
+            if resumed is None or resumed.status not in (JobStatus.RUNNING, JobStatus.RETRY):
+                job = await self._store.jobs.create(
+                    event.id, handler.name, "live", EventStatus.RUNNING
+                )
+                stored_steps = []
+            else:
+                job = resumed
+                await self._store.events.set_status(event.id, EventStatus.RUNNING)
+        mode = job.mode
         adapter = EventLogAdapter(
             log,
             {
@@ -124,7 +158,7 @@ class Runner:
             event_id=event.id,
             job_id=job.id,
             attempt=job.attempts + 1,
-            mode=job.mode if mode == "resume" else mode,
+            mode=job.mode,
             notification=notification,
             results={},
             services=self._services,
@@ -134,12 +168,12 @@ class Runner:
             plan = await handler.plan(ctx)
             final = await self._run_plan(job, plan, ctx, stored_steps)
         except _StepFailed as failed:
-            return await self._record_failure(job, failed.step, failed.failure, adapter)
+            return await self._record_failure(job, failed.step, failed.failure, adapter), mode
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the handler's planning itself failed
             failure = classify(exc, RetryClass.AUTO)
-            return await self._record_failure(job, "(plan)", failure, adapter)
+            return await self._record_failure(job, "(plan)", failure, adapter), mode
         await asyncio.shield(
             self._store.jobs.update(
                 job.id,
@@ -151,7 +185,7 @@ class Runner:
             )
         )
         adapter.info("job done", extra={"handler": handler.name, "steps": len(plan)})
-        return JobOutcome.DONE
+        return JobOutcome.DONE, mode
 
     async def _run_plan(
         self, job: JobRow, plan: Plan, ctx: JobContext, stored_steps: list[StepRow]
@@ -199,6 +233,7 @@ class Runner:
         try:
             result = await asyncio.wait_for(step.run(ctx), step.timeout)
         except SkipStep as skip:
+            self._observe_step(step.name, "skipped", started_at)
             ctx.results[step.name] = skip.result
             ctx.log.info("step skipped", extra={"step": step.name, "reason": skip.reason})
             return outcome(StepStatus.SKIPPED, output=skip.reason, result=skip.result)
@@ -206,6 +241,7 @@ class Runner:
             # Left "running" on purpose: the next start decides from idempotency.
             raise
         except TimeoutError as exc:
+            self._observe_step(step.name, "timeout", started_at)
             if step.idempotent:
                 failure = _Failure(True, "timeout", f"step timed out after {step.timeout:g}s")
             else:
@@ -222,15 +258,20 @@ class Runner:
             )
             raise _StepFailed(step.name, failure) from exc
         except Exception as exc:
+            self._observe_step(step.name, "failed", started_at)
             failure = classify(exc, step.retry)
-            failed = outcome(
-                StepStatus.FAILED, error=failure.message, output=getattr(exc, "output", None)
-            )
+            # SSH failures carry the command's stdout/stderr tails: keep them for the operator.
+            failed = outcome(StepStatus.FAILED, error=failure.message, output=failure_output(exc))
             await asyncio.shield(self._store.jobs.step_finished(job.id, failed))
             raise _StepFailed(step.name, failure) from exc
+        self._observe_step(step.name, "done", started_at)
         ctx.results[step.name] = result
         ctx.log.debug("step done", extra={"step": step.name, "seconds": time.time() - started_at})
         return outcome(StepStatus.DONE, result=result)
+
+    def _observe_step(self, name: str, outcome: str, started: float) -> None:
+        if self._metrics is not None:
+            self._metrics.step_finished(name, outcome, time.time() - started)
 
     async def _record_failure(
         self,

@@ -12,8 +12,11 @@ from typing import Any
 from handlers import HandlerRegistry, default_registry
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
+from subscriber.health import CheckResult, Health
+from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.kafka import KafkaSource, build_kafka_source
+from subscriber.metrics import Metrics, install_metrics_route
 from subscriber.runner import Runner
 from subscriber.store import Store
 
@@ -47,14 +50,42 @@ class Service:
     ) -> None:
         self.settings = settings
         self.store = Store(settings.database)
+        # Its own registry per Service (never the global one); /metrics serves it.
+        self.metrics = Metrics()
+        self.store.events.add_observer(self.metrics.observe_appends)
         self.registry = registry or default_registry(settings.handlers.modules)
-        self.runner = Runner(self.store, self.registry, settings.dispatch, services)
-        self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch)
+        self.runner = Runner(
+            self.store, self.registry, settings.dispatch, services, metrics=self.metrics
+        )
+        self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch, self.metrics)
         self.app = make_app(settings.http, self.store.events)
-        self.ingress = CallbackIngress(settings.http, self.app)
+        # Components add readiness checks here (Kafka assigned, subscription present ...).
+        self.health = Health(self.store)
+        self.health.install(self.app)
+        install_metrics_route(self.app, self.metrics, self.store)
+        self.auth = CallbackAuth(settings.auth, settings.http.path, self.metrics)
+        self.auth.install(self.app)
+        self.ingress = CallbackIngress(
+            settings.http, self.app, ssl_context=build_ssl_context(settings.auth)
+        )
         # Only when kafka.bootstrap_servers is configured.
         self.kafka: KafkaSource | None = build_kafka_source(settings, self.store.events)
+        if self.kafka is not None:
+            self._observe_kafka(self.kafka)
         self._state = _State.UNOPENED
+
+    def _observe_kafka(self, kafka: KafkaSource) -> None:
+        """Kafka readiness in /readyz and its lag in ``lccn_consumer_lag``."""
+
+        async def ready() -> CheckResult:
+            return CheckResult(kafka.ready, "" if kafka.ready else "consumer not ready")
+
+        def lag() -> None:
+            for (topic, partition), behind in kafka.lag().items():
+                self.metrics.consumer_lag.labels(topic, str(partition)).set(behind)
+
+        self.health.register("kafka", ready)
+        self.metrics.add_scrape_hook(lag)
 
     @property
     def port(self) -> int | None:

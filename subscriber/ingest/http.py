@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import ssl
 from types import TracebackType
 from typing import Any
 
@@ -108,10 +109,17 @@ class _State(enum.Enum):
 
 
 class CallbackIngress:
-    """Serves the app on ``settings.host:settings.port``."""
+    """Serves the app on ``settings.host:settings.port`` (TLS when given ``ssl_context``)."""
 
-    def __init__(self, settings: HttpSettings, app: web.Application) -> None:
+    def __init__(
+        self,
+        settings: HttpSettings,
+        app: web.Application,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._settings = settings
+        self._ssl = ssl_context
         self.app = app
         self._runner: web.AppRunner | None = None
         self._state = _State.UNOPENED
@@ -124,7 +132,12 @@ class CallbackIngress:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(
-            self._runner, self._settings.host, self._settings.port, backlog=1024, reuse_address=True
+            self._runner,
+            self._settings.host,
+            self._settings.port,
+            backlog=1024,
+            reuse_address=True,
+            ssl_context=self._ssl,
         )
         await site.start()
         server: Any = site._server
@@ -132,7 +145,10 @@ class CallbackIngress:
         self.port = int(sockets[0].getsockname()[1]) if sockets else self._settings.port
         log.info(
             "listening",
-            extra={"url": f"http://{self._settings.host}:{self.port}{self._settings.path}"},
+            extra={
+                "url": f"{'https' if self._ssl else 'http'}://{self._settings.host}:{self.port}"
+                f"{self._settings.path}"
+            },
         )
 
     async def stop(self) -> None:

@@ -12,7 +12,8 @@ from subscriber.store.jobs import JobStore
 from subscriber.store.leases import LeaseStore
 from subscriber.store.migrate import current_revision, head_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
-from subscriber.store.tables import EventStatus, JobStatus, StepStatus
+from subscriber.store.replays import ReplayStore
+from subscriber.store.tables import EventStatus, JobStatus, ReplayMode, StepStatus
 from subscriber.store.writer import WriteQueue
 
 __all__ = [
@@ -25,6 +26,8 @@ __all__ = [
     "JobStore",
     "LeaseStore",
     "NewEvent",
+    "ReplayMode",
+    "ReplayStore",
     "StepStatus",
     "Store",
     "dedup_key_of",
@@ -60,6 +63,7 @@ class Store:
         )
         self.jobs = JobStore(self.db, writer=self.writer)
         self.leases = LeaseStore(self.db, writer=self.writer)
+        self.replays = ReplayStore(self.db, writer=self.writer)
 
     async def start(self) -> None:
         """Migrate (when asked) and start the event writer."""

@@ -25,7 +25,7 @@ from subscriber.store.records import AppendResult, EventRow, NewEvent, state_ran
 from subscriber.store.tables import EventStatus, events
 from subscriber.store.writer import INGEST, WriteQueue
 
-__all__ = ["AppendedEvent", "EventStore", "LaneSnapshot"]
+__all__ = ["AppendObservation", "AppendedEvent", "EventStore", "LaneSnapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,17 @@ class AppendedEvent:
     operation: str | None
     operation_state: str | None
     received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class AppendObservation:
+    """What append observers (metrics) hear about every committed append, duplicates too."""
+
+    source: str
+    notification_type: str | None
+    operation_state: str | None
+    duplicate: bool
+    seconds: float  # from the append call to its commit
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +116,7 @@ class EventStore:
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[Sequence[AppendedEvent]], None]] = []
+        self._observers: list[Callable[[Sequence[AppendObservation]], None]] = []
         self._closed = False
         self._insert = (
             postgresql.insert(events) if db.dialect_name == "postgresql" else sqlite.insert(events)
@@ -142,6 +154,10 @@ class EventStore:
     def add_listener(self, listener: Callable[[Sequence[AppendedEvent]], None]) -> None:
         """Call ``listener`` (synchronously, on the loop) with every committed batch."""
         self._listeners.append(listener)
+
+    def add_observer(self, observer: Callable[[Sequence[AppendObservation]], None]) -> None:
+        """Call ``observer`` (synchronously, on the loop) with the outcome of every append."""
+        self._observers.append(observer)
 
     # -- append --------------------------------------------------------------
 
@@ -240,6 +256,24 @@ class EventStore:
                 for item in items:
                     if not item.future.done():
                         item.future.set_result(AppendResult(event_id, True))
+        if self._observers:
+            now = time.time()
+            observed = [
+                AppendObservation(
+                    item.values["source"],
+                    item.values["notification_type"],
+                    item.values["operation_state"],
+                    not (key in inserted and item is items[0]),
+                    now - item.values["received_at"],
+                )
+                for key, items in by_key.items()
+                for item in items
+            ]
+            for observer in self._observers:
+                try:
+                    observer(observed)
+                except Exception:
+                    log.exception("append observer failed")
         if appended:
             for listener in self._listeners:
                 try:

@@ -104,10 +104,12 @@ class EventRow:
     status: str
     status_detail: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    # ``resume``/``anew`` while a replay waits for its lane (see ReplayMode).
+    replay_mode: str | None = None
 
     @classmethod
     def from_mapping(cls, row: Any) -> EventRow:
-        return cls(**{k: row[k] for k in _EVENT_COLUMNS})
+        return cls(**{k: row[k] for k in _EVENT_COLUMNS}, replay_mode=row.get("replay_mode"))
 
     def body_json(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.body)
@@ -130,6 +132,7 @@ class EventRow:
             "notificationStatus": self.notification_status,
             "status": self.status,
             "statusDetail": self.status_detail,
+            "replayMode": self.replay_mode,
         }
 
 

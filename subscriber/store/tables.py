@@ -7,7 +7,9 @@ import sqlalchemy as sa
 __all__ = [
     "EventStatus",
     "JobStatus",
+    "ReplayMode",
     "StepStatus",
+    "audit",
     "events",
     "jobs",
     "leases",
@@ -34,6 +36,15 @@ class EventStatus:
 
     OPEN = (PENDING, RUNNING, RETRY)
     HANDLED = (RUNNING, RETRY, DONE, FAILED, IGNORED, ECHO)
+
+
+class ReplayMode:
+    """How a replayed event's job starts (``events.replay_mode`` while it waits for its lane)."""
+
+    RESUME = "resume"  # a new job that inherits the done steps of the last one
+    ANEW = "anew"  # a new job from step one
+
+    ALL = (RESUME, ANEW)
 
 
 class JobStatus:
@@ -71,6 +82,9 @@ events = sa.Table(
     sa.Column("meta", sa.Text, nullable=True),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("status_detail", sa.Text, nullable=True),
+    # Set by `lccn-subscriber replay` (with status back to pending); cleared
+    # when the runner creates the replay job.
+    sa.Column("replay_mode", sa.String(16), nullable=True),
     sa.UniqueConstraint("dedup_key", name="uq_events_dedup_key"),
 )
 sa.Index("ix_events_status_instance", events.c.status, events.c.vnf_instance_id)
@@ -120,3 +134,18 @@ leases = sa.Table(
     sa.Column("acquired_at", sa.Float, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
 )
+
+# Who did what to the store by hand (replays, dry runs).
+audit = sa.Table(
+    "audit",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("actor", sa.String(255), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=True),
+    sa.Column("dry_run", sa.Boolean, nullable=False),
+    sa.Column("event_ids", sa.Text, nullable=False),
+    sa.Column("detail", sa.Text, nullable=True),
+)
+sa.Index("ix_audit_at", audit.c.at)

@@ -1,0 +1,226 @@
+"""Prometheus metrics: one :class:`Metrics` (and its own registry) per Service.
+
+Never the process-global registry: tests run several services in one process,
+and a replay CLI must not share counters with the server it talks to.
+
+Two kinds of values:
+
+* counters and histograms moved by the code as things happen (events appended,
+  duplicates, stale/echo skips, jobs by outcome, step durations, retries,
+  callback authentication failures);
+* gauges read from the store when ``/metrics`` is scraped (queue depth, failed
+  events, seconds since the last notification), so they are true across
+  restarts and replicas. That read is one query, cached for ``store_ttl``.
+
+Other components set what only they know: ``consumer_lag`` (Kafka ingest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from sqlalchemy.engine import Connection
+
+from subscriber.store.events import AppendObservation
+from subscriber.store.tables import EventStatus, events
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "install_metrics_route"]
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_STEP_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+
+
+def _short_type(notification_type: str | None) -> str:
+    if not notification_type:
+        return "unknown"
+    return notification_type.removesuffix("Notification")
+
+
+class Metrics:
+    """The service's metrics; ``render()`` gives the exposition text.
+
+    Arguments:
+        store_ttl: how long a store read behind the gauges is reused.
+    """
+
+    def __init__(self, *, store_ttl: float = 1.0) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.events_received = Counter(
+            "lccn_events_received",
+            "Events stored (duplicates excluded), by source, notification type and operation state",
+            ["source", "type", "state"],
+            registry=r,
+        )
+        self.events_duplicate = Counter(
+            "lccn_events_duplicate",
+            "Notifications acknowledged without storing: the transition was already stored",
+            ["source"],
+            registry=r,
+        )
+        self.events_skipped = Counter(
+            "lccn_events_skipped",
+            "Events recorded but not run: stale (older than a handled transition) or echo",
+            ["reason"],
+            registry=r,
+        )
+        self.ingest_latency = Histogram(
+            "lccn_ingest_latency_seconds",
+            "From handing a notification to the store until it is committed (ack may follow)",
+            ["source"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.jobs = Counter(
+            "lccn_jobs", "Job runs that ended, by outcome", ["outcome", "mode"], registry=r
+        )
+        self.step_duration = Histogram(
+            "lccn_step_duration_seconds",
+            "Step run time, by step name and outcome",
+            ["step", "outcome"],
+            buckets=_STEP_BUCKETS,
+            registry=r,
+        )
+        self.retries = Counter(
+            "lccn_job_retries",
+            "Job attempts that failed transiently and were rescheduled",
+            registry=r,
+        )
+        self.auth_failures = Counter(
+            "lccn_auth_failures",
+            "Rejected callback or token requests, by endpoint",
+            ["endpoint"],
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "lccn_consumer_lag",
+            "Records behind the end of each partition (set by the Kafka ingest)",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.lanes_active = Gauge(
+            "lccn_lanes_active", "Lanes (VNF instances) running a job in this process", registry=r
+        )
+        self.queue_depth = Gauge(
+            "lccn_queue_depth", "Open events in the store, by status", ["status"], registry=r
+        )
+        self.lane_queue_depth_max = Gauge(
+            "lccn_lane_queue_depth_max", "Open events of the longest lane", registry=r
+        )
+        self.failed_events = Gauge(
+            "lccn_failed_events", "Events whose job failed for good (replayable)", registry=r
+        )
+        self.seconds_since_last_notification = Gauge(
+            "lccn_seconds_since_last_notification",
+            "Seconds since the newest stored notification was received (-1: none yet)",
+            registry=r,
+        )
+        self._scrape_hooks: list[Callable[[], None]] = []
+        self._store_ttl = store_ttl
+        self._store_read_at = 0.0
+        self._store_lock = asyncio.Lock()
+
+    # -- hooks ---------------------------------------------------------------
+
+    def observe_appends(self, batch: Any) -> None:
+        """EventStore observer: every append outcome, duplicates included."""
+        for item in batch:
+            assert isinstance(item, AppendObservation)
+            self.ingest_latency.labels(item.source).observe(item.seconds)
+            if item.duplicate:
+                self.events_duplicate.labels(item.source).inc()
+            else:
+                self.events_received.labels(
+                    item.source, _short_type(item.notification_type), item.operation_state or ""
+                ).inc()
+
+    def job_finished(self, outcome: str, mode: str) -> None:
+        self.jobs.labels(outcome, mode).inc()
+        if outcome == "retry":
+            self.retries.inc()
+
+    def step_finished(self, step: str, outcome: str, seconds: float) -> None:
+        self.step_duration.labels(step, outcome).observe(seconds)
+
+    def skipped(self, reason: str) -> None:
+        self.events_skipped.labels(reason).inc()
+
+    # -- scrape --------------------------------------------------------------
+
+    def add_scrape_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` before each scrape (e.g. to copy Kafka lag into ``consumer_lag``)."""
+        self._scrape_hooks.append(hook)
+
+    def run_scrape_hooks(self) -> None:
+        for hook in self._scrape_hooks:
+            try:
+                hook()
+            except Exception:
+                logging.getLogger(__name__).warning("metrics: scrape hook failed", exc_info=True)
+
+    async def refresh_from_store(self, store: Any) -> None:
+        """Read the store-backed gauges, at most once per ``store_ttl``."""
+        async with self._store_lock:
+            if time.monotonic() - self._store_read_at < self._store_ttl:
+                return
+
+            def read(conn: Connection) -> tuple[dict[str, int], int, int, float | None]:
+                by_status = {
+                    r[0]: int(r[1])
+                    for r in conn.execute(
+                        sa.select(events.c.status, sa.func.count()).group_by(events.c.status)
+                    ).all()
+                }
+                longest = conn.execute(
+                    sa.select(sa.func.count())
+                    .where(events.c.status.in_(EventStatus.OPEN))
+                    .group_by(events.c.vnf_instance_id)
+                    .order_by(sa.func.count().desc())
+                    .limit(1)
+                ).scalar()
+                newest = conn.execute(sa.select(sa.func.max(events.c.received_at))).scalar()
+                return by_status, int(longest or 0), by_status.get(EventStatus.FAILED, 0), newest
+
+            by_status, longest, failed, newest = await store.db.read(read)
+            for status in EventStatus.OPEN:
+                self.queue_depth.labels(status).set(by_status.get(status, 0))
+            self.lane_queue_depth_max.set(longest)
+            self.failed_events.set(failed)
+            self.seconds_since_last_notification.set(
+                -1 if newest is None else max(0.0, time.time() - float(newest))
+            )
+            self._store_read_at = time.monotonic()
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this registry."""
+        data: bytes = generate_latest(self.registry)
+        return data
+
+
+def install_metrics_route(app: web.Application, metrics: Metrics, store: Any) -> None:
+    """``GET /metrics`` on ``app``: the store-backed gauges refreshed, then the exposition."""
+
+    async def handler(request: web.Request) -> web.Response:
+        metrics.run_scrape_hooks()
+        try:
+            await metrics.refresh_from_store(store)
+        except Exception:
+            # Counters are still worth serving when the store is unreachable (/readyz says why).
+            logging.getLogger(__name__).warning("metrics: store read failed", exc_info=True)
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_route("GET", "/metrics", handler)
