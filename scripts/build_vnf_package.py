@@ -42,8 +42,9 @@ def _candidate_dirs(explicit: str | None) -> list[Path]:
         dirs.append(Path(os.environ["LCCN_SOL001_TYPES_DIR"]))
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     tacker_home = os.environ.get("LCCN_TACKER_HOME", str(cache / "lccn-subscriber/tacker-16.0.0"))
-    dirs += [Path(p) for p in glob.glob(f"{tacker_home}/venv/lib/python3*/site-packages/"
-                                        f"{_TACKER_DATA}")]
+    dirs += [
+        Path(p) for p in glob.glob(f"{tacker_home}/venv/lib/python3*/site-packages/{_TACKER_DATA}")
+    ]
     for entry in sys.path:
         dirs.append(Path(entry) / _TACKER_DATA)
     return dirs
@@ -56,7 +57,8 @@ def find_sol001_types(explicit: str | None = None) -> Path:
             return d
     raise FileNotFoundError(
         "ETSI SOL001 type definitions not found: pass --sol001-types DIR (a directory with "
-        + " and ".join(SOL001_FILES) + ") or install Tacker (bash scripts/setup.d/20-tacker.sh)"
+        + " and ".join(SOL001_FILES)
+        + ") or install Tacker (bash scripts/setup.d/20-tacker.sh)"
     )
 
 
