@@ -106,7 +106,9 @@ class _IdentifierNotification(_NotificationBase):
     @model_validator(mode="after")
     def _one_links(self) -> _IdentifierNotification:
         if self.links is None and self.links_v1 is None:
-            raise PydanticCustomError("links_missing", "Field required: '_links' (v2) or 'links' (v1)")
+            raise PydanticCustomError(
+                "links_missing", "Field required: '_links' (v2) or 'links' (v1)"
+            )
         return self
 
 

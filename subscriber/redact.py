@@ -29,7 +29,9 @@ _SECRET_PARTS = (
     "credential",
     "authorization",
 )
-_SECRET_EXACT = frozenset({"key", "pass", "pwd", "auth", "cookie", "xauthtoken", "clientkey"})
+_SECRET_EXACT = frozenset(
+    {"key", "pass", "pwd", "auth", "cookie", "xauthtoken", "clientkey", "sshkey", "saslpassword"}
+)
 # Keys that contain a secret word but carry no secret.
 _NOT_SECRET = frozenset({"tokenendpoint", "tokenurl", "oidctokenurl", "authurl", "authtype"})
 
@@ -41,6 +43,11 @@ _INLINE = re.compile(
     r"(?i)((?:password|passwd|secret|token|bearer_token|certificate[_-]?key|api[_-]?key)"
     r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;}]+)"
 )
+_FLAG = re.compile(
+    r"(?i)(--(?:token|password|passwd|certificate-key|client-secret|bearer-token)[= ]+)(\S+)"
+)
+# kubeadm bootstrap tokens: [a-z0-9]{6}.[a-z0-9]{16}
+_BOOTSTRAP = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}")
 
 _cache: dict[str, bool] = {}
@@ -67,6 +74,8 @@ def redact_text(text: str) -> str:
     text = _PEM_PRIVATE.sub(f"-----BEGIN PRIVATE KEY-----{MASK}", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
     text = _JWT.sub(MASK, text)
+    text = _FLAG.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    text = _BOOTSTRAP.sub(MASK, text)
     return _INLINE.sub(lambda m: f"{m.group(1)}{MASK}", text)
 
 

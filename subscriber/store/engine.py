@@ -47,7 +47,10 @@ def create_engines(settings: DatabaseSettings) -> tuple[AsyncEngine, AsyncEngine
 
     def make(immediate: bool, pool_size: int) -> AsyncEngine:
         engine = create_async_engine(
-            url, pool_size=pool_size, max_overflow=0, connect_args={"timeout": settings.busy_timeout}
+            url,
+            pool_size=pool_size,
+            max_overflow=0,
+            connect_args={"timeout": settings.busy_timeout},
         )
 
         @sa.event.listens_for(engine.sync_engine, "connect")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
-from contextlib import AbstractAsyncContextManager
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ class AppendedEvent:
 
 def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
     n = new.notification
-    op_occ = isinstance(n, VnfLcmOperationOccurrenceNotification)
+    occ = n if isinstance(n, VnfLcmOperationOccurrenceNotification) else None
     return {
         "received_at": now,
         "updated_at": now,
@@ -51,10 +52,10 @@ def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
         "notification_type": n.notificationType.value,
         "notification_id": n.id,
         "vnf_instance_id": n.vnfInstanceId,
-        "vnf_lcm_op_occ_id": n.vnfLcmOpOccId if op_occ else None,
-        "operation": n.operation.value if op_occ else None,
-        "operation_state": n.operationState.value if op_occ else None,
-        "notification_status": n.notificationStatus.value if op_occ else None,
+        "vnf_lcm_op_occ_id": occ.vnfLcmOpOccId if occ else None,
+        "operation": occ.operation.value if occ else None,
+        "operation_state": occ.operationState.value if occ else None,
+        "notification_status": occ.notificationStatus.value if occ else None,
         "state_rank": state_rank(n),
         "dedup_key": new.dedup_key,
         "api_version": new.api_version,
@@ -293,7 +294,7 @@ class EventStore:
         vnf_instance_id: str | None = None,
         limit: int | None = None,
         after_id: int = 0,
-    ) -> list[EventRow]:
+    ) -> builtins.list[EventRow]:
         """Events in id order, optionally filtered."""
         q = sa.select(events).where(events.c.id > after_id).order_by(events.c.id)
         if status:
@@ -306,7 +307,7 @@ class EventStore:
             rows = (await conn.execute(q)).mappings().all()
         return [EventRow.from_mapping(r) for r in rows]
 
-    async def lanes_with_open_events(self) -> list[str]:
+    async def lanes_with_open_events(self) -> builtins.list[str]:
         """Every lane (vnfInstanceId) that has pending, running or retrying events."""
         q = (
             sa.select(events.c.vnf_instance_id)
@@ -316,7 +317,7 @@ class EventStore:
         async with self._read.connect() as conn:
             return [r[0] for r in (await conn.execute(q)).all() if r[0] is not None]
 
-    async def open_events(self, lane: str) -> list[EventRow]:
+    async def open_events(self, lane: str) -> builtins.list[EventRow]:
         """The lane's events still to run (pending, running, retry), in id order."""
         q = (
             sa.select(events)
@@ -327,7 +328,9 @@ class EventStore:
             rows = (await conn.execute(q)).mappings().all()
         return [EventRow.from_mapping(r) for r in rows]
 
-    async def op_occ_states(self, op_occ_ids: Iterable[str]) -> list[tuple[str, int, str, int]]:
+    async def op_occ_states(
+        self, op_occ_ids: Iterable[str]
+    ) -> builtins.list[tuple[str, int, str, int]]:
         """``(op_occ_id, event_id, status, state_rank)`` of every event of these op-occs."""
         ids = list(set(op_occ_ids))
         if not ids:

@@ -108,7 +108,9 @@ class JobStore:
 
     async def get(self, job_id: int) -> JobRow | None:
         async with self._read.connect() as conn:
-            row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).mappings().first()
+            row = (
+                (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).mappings().first()
+            )
         return _job(row) if row else None
 
     async def for_event(self, event_id: int) -> list[JobRow]:

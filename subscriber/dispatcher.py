@@ -1,0 +1,334 @@
+"""The dispatcher: one lane per VNF instance, events in op-occ order, leased.
+
+* A lane runs its events one at a time; different lanes run in parallel up to
+  ``max_parallel_lanes``.
+* Order inside a lane: op-occs by first arrival; within an op-occ, by state
+  rank (STARTING < PROCESSING < COMPLETED/FAILED_TEMP/FAILED/ROLLING_BACK <
+  ROLLED_BACK), then arrival.
+* A later transition waits up to ``reorder_window`` for an earlier one of the
+  same op-occ that may still be in flight; a transition older than one already
+  handled is marked ``stale`` and not run.
+* New events wake the dispatcher at once (append listener). A rescan every
+  ``rescan_interval`` catches work written by other processes (replay CLI,
+  other replicas) and lanes whose lease expired.
+* Each running lane holds a lease row, renewed while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schemas import LcmOperationType
+from subscriber.config import DispatchSettings
+from subscriber.runner import Runner
+from subscriber.store import AppendedEvent, EventRow, EventStatus, JobStatus, Store
+
+__all__ = ["Dispatcher", "choose_next", "default_worker_id"]
+
+log = logging.getLogger(__name__)
+
+# The first state an op-occ of this operation can have (MODIFY_INFO starts at PROCESSING).
+_FIRST_RANK = {LcmOperationType.MODIFY_INFO.value: 1}
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a lane should do next."""
+
+    event: EventRow | None = None  # run this one
+    stale: EventRow | None = None  # mark this one stale, then decide again
+    wait_until: float | None = None  # nothing runnable before this time
+
+
+def choose_next(
+    open_events: Sequence[EventRow],
+    op_occ_events: Sequence[tuple[str, int, str, int]],
+    retry_at: dict[int, float],
+    now: float,
+    reorder_window: float,
+) -> Decision:
+    """Pick the lane's next event (a pure function, so ordering is testable).
+
+    Arguments:
+        open_events: the lane's pending/running/retry events.
+        op_occ_events: ``(op_occ_id, event_id, status, rank)`` for every
+            stored event of the op-occs in ``open_events``.
+        retry_at: next attempt time of events whose job is in backoff.
+    """
+    if not open_events:
+        return Decision()
+    first_seen: dict[str, int] = {}
+    ranks_seen: dict[str, set[int]] = {}
+    handled_max: dict[str, int] = {}
+    for op_occ, event_id, status, rank in op_occ_events:
+        first_seen[op_occ] = min(first_seen.get(op_occ, event_id), event_id)
+        ranks_seen.setdefault(op_occ, set()).add(rank)
+        if status in EventStatus.HANDLED and status != EventStatus.RUNNING:
+            handled_max[op_occ] = max(handled_max.get(op_occ, -1), rank)
+
+    def key(e: EventRow) -> tuple[int, int, int]:
+        if e.vnf_lcm_op_occ_id is None:
+            return (e.id, 0, e.id)
+        return (first_seen.get(e.vnf_lcm_op_occ_id, e.id), e.state_rank or 0, e.id)
+
+    head = min(open_events, key=key)
+    # A job already started (crash, restart) or in backoff keeps its place.
+    if head.status == EventStatus.RETRY:
+        at = retry_at.get(head.id, now)
+        return Decision(event=head) if at <= now else Decision(wait_until=at)
+    if head.status == EventStatus.RUNNING or head.vnf_lcm_op_occ_id is None:
+        return Decision(event=head)
+    op_occ, rank = head.vnf_lcm_op_occ_id, head.state_rank or 0
+    if handled_max.get(op_occ, -1) > rank:
+        return Decision(stale=head)
+    first_rank = _FIRST_RANK.get(head.operation or "", 0)
+    predecessor_seen = rank <= first_rank or (rank - 1) in ranks_seen.get(op_occ, set())
+    ready_at = head.received_at + reorder_window
+    if not predecessor_seen and now < ready_at:
+        return Decision(wait_until=ready_at)
+    return Decision(event=head)
+
+
+class _State(enum.Enum):
+    UNOPENED = "unopened"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class Dispatcher:
+    """Feeds lanes from the store to the runner."""
+
+    def __init__(self, store: Store, runner: Runner, settings: DispatchSettings) -> None:
+        self._store = store
+        self._runner = runner
+        self._settings = settings
+        self.worker_id = settings.worker_id or default_worker_id()
+        self._state = _State.UNOPENED
+        self._wake = asyncio.Event()
+        self._dirty: set[str] = set()
+        self._timers: dict[str, float] = {}
+        self._active: dict[str, asyncio.Task[None]] = {}
+        self._main: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._state is not _State.UNOPENED:
+            raise RuntimeError(f"Dispatcher cannot start: it is {self._state.value}")
+        self._state = _State.RUNNING
+        self._store.events.add_listener(self._on_appended)
+        self._main = asyncio.create_task(self._loop(), name="dispatcher")
+        self._main.add_done_callback(self._main_done)
+
+    async def stop(self, graceful_timeout: float | None = None) -> None:
+        """Stop taking work, let running lanes finish their step up to the grace period.
+
+        Lanes still running after ``graceful_timeout`` are cancelled; their
+        steps stay checkpointed as running and resume on the next start.
+        """
+        if self._state in (_State.STOPPING, _State.STOPPED, _State.UNOPENED):
+            self._state = _State.STOPPED
+            return
+        self._state = _State.STOPPING
+        grace = self._settings.graceful_timeout if graceful_timeout is None else graceful_timeout
+        self._wake.set()
+        if self._main is not None:
+            self._main.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._main
+        tasks = list(self._active.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if pending:
+                log.warning("cancelled running lanes at shutdown", extra={"lanes": len(pending)})
+        self._state = _State.STOPPED
+
+    def _main_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._state is not _State.RUNNING:
+            return
+        exc = task.exception()
+        log.error("dispatcher loop died; restarting", exc_info=exc)
+        self._main = asyncio.create_task(self._loop(), name="dispatcher")
+        self._main.add_done_callback(self._main_done)
+
+    # -- wake-ups ------------------------------------------------------------
+
+    def _on_appended(self, batch: Sequence[AppendedEvent]) -> None:
+        for event in batch:
+            if event.lane is not None:
+                self._dirty.add(event.lane)
+        self._wake.set()
+
+    def poke(self, lane: str | None = None) -> None:
+        """Ask for a look at ``lane`` (or a full rescan) now."""
+        if lane is None:
+            self._timers["*"] = 0.0
+        else:
+            self._dirty.add(lane)
+        self._wake.set()
+
+    async def wait_idle(self, within: float) -> bool:
+        """Test helper: wait until no lane is running and nothing is dirty."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if not self._active and not self._dirty and not self._timers:
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    # -- main loop -----------------------------------------------------------
+
+    async def _loop(self) -> None:
+        next_rescan = 0.0
+        dead_owners: frozenset[str] = frozenset()
+        while self._state is _State.RUNNING:
+            now = time.time()
+            if now >= next_rescan or self._timers.pop("*", None) is not None:
+                try:
+                    lanes = await self._store.events.lanes_with_open_events()
+                    dead_owners = await self._dead_local_owners()
+                except Exception:
+                    log.exception("rescan failed")
+                    lanes = []
+                self._dirty.update(lanes)
+                next_rescan = time.time() + self._settings.rescan_interval
+            for lane, at in list(self._timers.items()):
+                if at <= now:
+                    del self._timers[lane]
+                    self._dirty.add(lane)
+            for lane in sorted(self._dirty):
+                if len(self._active) >= self._settings.max_parallel_lanes:
+                    break
+                if lane in self._active:
+                    continue
+                self._dirty.discard(lane)
+                self._timers.pop(lane, None)
+                task = asyncio.create_task(self._run_lane(lane, dead_owners), name=f"lane:{lane}")
+                self._active[lane] = task
+                task.add_done_callback(functools.partial(self._lane_done, lane))
+            timeout = next_rescan - time.time()
+            if self._timers:
+                timeout = min(timeout, min(self._timers.values()) - time.time())
+            # No await since the lanes were started, so no wake-up can be lost here.
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, timeout))
+
+    def _lane_done(self, lane: str, task: asyncio.Task[None]) -> None:
+        self._active.pop(lane, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("lane crashed", extra={"vnfInstanceId": lane}, exc_info=task.exception())
+            self._timers[lane] = time.time() + self._settings.backoff_initial
+        self._wake.set()
+
+    async def _dead_local_owners(self) -> frozenset[str]:
+        """Lease owners that were earlier processes on this host (pid gone)."""
+        host = socket.gethostname()
+        dead = set()
+        for owner in await self._store.leases.owners():
+            name, _, pid = owner.rpartition(":")
+            local = name == host and pid.isdigit() and owner != self.worker_id
+            if local and not _pid_alive(int(pid)):
+                dead.add(owner)
+        return frozenset(dead)
+
+    # -- one lane ------------------------------------------------------------
+
+    async def _run_lane(self, lane: str, dead_owners: frozenset[str]) -> None:
+        ttl = self._settings.lease_ttl
+        if not await self._store.leases.acquire(lane, self.worker_id, ttl, take_over=dead_owners):
+            # Another worker holds it; look again when its lease may have expired.
+            self._timers[lane] = time.time() + min(ttl, self._settings.rescan_interval)
+            return
+        renew = asyncio.create_task(self._renew(lane), name=f"lease:{lane}")
+        try:
+            while self._state is _State.RUNNING:
+                decision = await self._decide(lane)
+                if decision.stale is not None:
+                    await self._store.events.set_status(
+                        decision.stale.id,
+                        EventStatus.STALE,
+                        "older than a transition already handled for this op-occ",
+                    )
+                    log.info(
+                        "stale transition skipped",
+                        extra={
+                            "event_id": decision.stale.id,
+                            "vnfInstanceId": lane,
+                            "vnfLcmOpOccId": decision.stale.vnf_lcm_op_occ_id,
+                            "operationState": decision.stale.operation_state,
+                        },
+                    )
+                    continue
+                if decision.event is None:
+                    if decision.wait_until is not None:
+                        delay = decision.wait_until - time.time()
+                        if delay <= self._settings.reorder_window + 0.05:
+                            await asyncio.sleep(max(0.0, delay))
+                            continue
+                        self._timers[lane] = decision.wait_until
+                    break
+                await self._runner.run(decision.event)
+        finally:
+            renew.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renew
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._store.leases.release(lane, self.worker_id))
+
+    async def _decide(self, lane: str) -> Decision:
+        open_events = await self._store.events.open_events(lane)
+        if not open_events:
+            return Decision()
+        op_occs = [e.vnf_lcm_op_occ_id for e in open_events if e.vnf_lcm_op_occ_id]
+        op_occ_events = await self._store.events.op_occ_states(op_occs)
+        retry_at: dict[int, float] = {}
+        for e in open_events:
+            if e.status == EventStatus.RETRY:
+                job = await self._store.jobs.current(e.id)
+                if job is not None and job.status == JobStatus.RETRY and job.next_attempt_at:
+                    retry_at[e.id] = job.next_attempt_at
+        return choose_next(
+            open_events, op_occ_events, retry_at, time.time(), self._settings.reorder_window
+        )
+
+    async def _renew(self, lane: str) -> None:
+        ttl = self._settings.lease_ttl
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                if not await self._store.leases.renew(lane, self.worker_id, ttl):
+                    log.error("lost the lease of a running lane", extra={"vnfInstanceId": lane})
+            except Exception:
+                log.exception("lease renewal failed", extra={"vnfInstanceId": lane})

@@ -1,0 +1,1 @@
+"""Ingress: the doors events come in by (HTTP callbacks; Kafka records)."""

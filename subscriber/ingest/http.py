@@ -1,0 +1,156 @@
+"""The SOL003 callback endpoint: parse, append durably, acknowledge. Nothing else.
+
+* ``GET``  -> 204 (Tacker's test notification at subscribe time; 20 s timeout).
+* ``POST`` -> 204 only after the event is committed (duplicates too: nothing
+  is added for them); 400 for bad JSON or schema (ProblemDetails names the
+  first bad field); 415 for a non-JSON content type; 413 past the size cap,
+  without reading the rest; 503 if the store cannot be written (Tacker v2 does
+  not resend, so the reconciler is the safety net).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from schemas import NotificationParseError, parse_notification
+from subscriber.config import HttpSettings
+from subscriber.errors import StoreError, StoreUnavailable
+from subscriber.ingest.problems import problem_middleware, problem_response
+from subscriber.store import EventStore, NewEvent
+
+__all__ = ["CallbackIngress", "make_app"]
+
+log = logging.getLogger(__name__)
+
+_JSON_TYPES = frozenset({"application/json"})
+EVENT_STORE_KEY = web.AppKey("event_store", EventStore)
+SETTINGS_KEY = web.AppKey("http_settings", HttpSettings)
+
+
+async def _read_capped(request: web.Request, cap: int) -> bytes | None:
+    """The body, or ``None`` as soon as it grows past ``cap`` bytes."""
+    if request.content_length is not None and request.content_length > cap:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(65536):
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _test_notification(request: web.Request) -> web.Response:
+    return web.Response(status=204)
+
+
+async def _notification(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS_KEY]
+    store = request.app[EVENT_STORE_KEY]
+    if request.content_type not in _JSON_TYPES:
+        return problem_response(
+            415,
+            f"Content-Type must be application/json, not {request.content_type or 'missing'}",
+            instance=request.path,
+        )
+    body = await _read_capped(request, settings.max_body_bytes)
+    if body is None:
+        return problem_response(
+            413,
+            f"body exceeds the limit of {settings.max_body_bytes} bytes",
+            instance=request.path,
+            headers={"Connection": "close"},
+        )
+    try:
+        notification = parse_notification(body)
+    except NotificationParseError as exc:
+        return problem_response(400, exc.detail, instance=request.path, field=exc.field)
+    data = json.loads(body)
+    new = NewEvent(
+        source="http",
+        notification=notification,
+        body=data,
+        api_version=request.headers.get("Version"),
+    )
+    try:
+        await store.append(new)
+    except StoreUnavailable as exc:
+        return problem_response(
+            503, exc.message, instance=request.path, headers={"Retry-After": "1"}
+        )
+    except StoreError as exc:
+        return problem_response(503, exc.message, instance=request.path)
+    return web.Response(status=204)
+
+
+def make_app(settings: HttpSettings, store: EventStore) -> web.Application:
+    """The aiohttp application with the callback route (other routes may be added)."""
+    # The body cap is enforced by _read_capped; aiohttp's own cap must not cut in first.
+    app = web.Application(
+        middlewares=[problem_middleware], client_max_size=settings.max_body_bytes + 1
+    )
+    app[EVENT_STORE_KEY] = store
+    app[SETTINGS_KEY] = settings
+    app.router.add_route("GET", settings.path, _test_notification)
+    app.router.add_route("POST", settings.path, _notification)
+    return app
+
+
+class _State(enum.Enum):
+    UNOPENED = "unopened"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class CallbackIngress:
+    """Serves the app on ``settings.host:settings.port``."""
+
+    def __init__(self, settings: HttpSettings, app: web.Application) -> None:
+        self._settings = settings
+        self.app = app
+        self._runner: web.AppRunner | None = None
+        self._state = _State.UNOPENED
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        if self._state is not _State.UNOPENED:
+            raise RuntimeError(f"CallbackIngress cannot start: it is {self._state.value}")
+        self._state = _State.OPEN
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, self._settings.host, self._settings.port, backlog=1024, reuse_address=True
+        )
+        await site.start()
+        server: Any = site._server
+        sockets = server.sockets if server is not None else []
+        self.port = int(sockets[0].getsockname()[1]) if sockets else self._settings.port
+        log.info(
+            "listening",
+            extra={"url": f"http://{self._settings.host}:{self.port}{self._settings.path}"},
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting; in-flight requests finish (idempotent)."""
+        if self._state is not _State.OPEN:
+            self._state = _State.CLOSED
+            return
+        self._state = _State.CLOSED
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> CallbackIngress:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

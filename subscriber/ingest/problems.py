@@ -1,0 +1,59 @@
+"""SOL013 ProblemDetails responses for aiohttp."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+from aiohttp import web
+
+from schemas import PROBLEM_CONTENT_TYPE, ProblemDetails
+
+__all__ = ["problem_middleware", "problem_response"]
+
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    instance: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: object,
+) -> web.Response:
+    extra = {k: v for k, v in extra.items() if v is not None}
+    problem = ProblemDetails(
+        status=status, title=_TITLES.get(status), detail=detail, instance=instance, **extra
+    )
+    return web.Response(
+        status=status,
+        body=problem.model_dump_json(exclude_none=True).encode(),
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers=headers,
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render aiohttp's own errors (404, 405, 413 ...) as ProblemDetails."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        detail = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
+        return problem_response(exc.status, detail, instance=request.path, headers=headers)

@@ -1,0 +1,89 @@
+"""Fixtures shared by every tier: free ports, a real service on loopback with a real SQLite file."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from handlers import HandlerRegistry
+from subscriber.config import (
+    DatabaseSettings,
+    DispatchSettings,
+    HttpSettings,
+    Settings,
+)
+from subscriber.service import Service
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
+
+
+def make_settings(db_url: str, **dispatch: Any) -> Settings:
+    return Settings(
+        http=HttpSettings(host="127.0.0.1", port=free_port()),
+        database=DatabaseSettings(url=db_url),
+        dispatch=DispatchSettings(**{"rescan_interval": 0.5, **dispatch}),
+    )
+
+
+ServiceFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def start_service(db_url: str) -> AsyncIterator[ServiceFactory]:
+    """Start a real Service (HTTP on a free loopback port, SQLite file); stopped at teardown."""
+    started: list[Service] = []
+
+    async def start(
+        registry: HandlerRegistry | None = None,
+        services: dict[str, Any] | None = None,
+        **dispatch: Any,
+    ) -> Service:
+        svc = Service(make_settings(db_url, **dispatch), registry=registry, services=services)
+        await svc.start()
+        started.append(svc)
+        return svc
+
+    yield start
+    for svc in reversed(started):
+        await svc.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+def callback_url(svc: Service) -> str:
+    return f"http://127.0.0.1:{svc.port}{svc.settings.http.path}"
+
+
+TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison"})
+
+
+async def wait_settled(svc: Service, count: int | None = None, timeout: float = 20.0) -> list[Any]:
+    """Wait until (``count``) stored events all reached a terminal status; return them."""
+    import asyncio
+
+    async with asyncio.timeout(timeout):
+        while True:
+            events = await svc.store.events.list()
+            if (count is None or len(events) >= count) and all(
+                e.status in TERMINAL for e in events
+            ):
+                return events
+            await asyncio.sleep(0.02)

@@ -1,0 +1,130 @@
+"""Notification bodies shaped exactly as Tacker v1 and v2 send them (TACKER.md §2-§3)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+OPERATIONS = (
+    "INSTANTIATE",
+    "SCALE",
+    "SCALE_TO_LEVEL",
+    "CHANGE_FLAVOUR",
+    "TERMINATE",
+    "HEAL",
+    "OPERATE",
+    "CHANGE_EXT_CONN",
+    "MODIFY_INFO",
+    "CREATE_SNAPSHOT",
+    "REVERT_TO_SNAPSHOT",
+    "CHANGE_VNFPKG",
+)
+STATES = (
+    "STARTING",
+    "PROCESSING",
+    "COMPLETED",
+    "FAILED_TEMP",
+    "FAILED",
+    "ROLLING_BACK",
+    "ROLLED_BACK",
+)
+
+
+def uid() -> str:
+    return str(uuid.uuid4())
+
+
+def v2_status(operation: str, state: str) -> str:
+    """v2: START for STARTING and for MODIFY_INFO PROCESSING; RESULT otherwise."""
+    if state == "STARTING" or (operation == "MODIFY_INFO" and state == "PROCESSING"):
+        return "START"
+    return "RESULT"
+
+
+def v1_status(state: str) -> str:
+    """v1: START for STARTING, PROCESSING and ROLLING_BACK; RESULT otherwise."""
+    return "START" if state in ("STARTING", "PROCESSING", "ROLLING_BACK") else "RESULT"
+
+
+def op_occ(
+    *,
+    instance: str | None = None,
+    op_occ_id: str | None = None,
+    operation: str = "INSTANTIATE",
+    state: str = "STARTING",
+    status: str | None = None,
+    version: int = 2,
+    verbosity: str = "FULL",
+    base: str = "http://127.0.0.1:9890",
+) -> dict[str, Any]:
+    instance = instance or uid()
+    op_occ_id = op_occ_id or uid()
+    api = "vnflcm/v2" if version == 2 else "vnflcm/v1"
+    sub = uid()
+    body: dict[str, Any] = {
+        "id": uid(),
+        "notificationType": "VnfLcmOperationOccurrenceNotification",
+        "subscriptionId": sub,
+        "timeStamp": "2026-11-22T03:50:00Z",
+        "notificationStatus": status
+        or (v2_status(operation, state) if version == 2 else v1_status(state)),
+        "operationState": state,
+        "vnfInstanceId": instance,
+        "operation": operation,
+        "isAutomaticInvocation": False,
+        "vnfLcmOpOccId": op_occ_id,
+        "_links": {
+            "vnfInstance": {"href": f"{base}/{api}/vnf_instances/{instance}"},
+            "subscription": {"href": f"{base}/{api}/subscriptions/{sub}"},
+            "vnfLcmOpOcc": {"href": f"{base}/{api}/vnf_lcm_op_occs/{op_occ_id}"},
+        },
+    }
+    if version == 2:
+        body["verbosity"] = verbosity
+    if verbosity == "FULL" and state in ("COMPLETED", "FAILED_TEMP", "ROLLED_BACK"):
+        body["affectedVnfcs"] = [
+            {
+                "id": uid(),
+                "vduId": "masterNode",
+                "changeType": "ADDED",
+                "computeResource": {
+                    "resourceId": uid(),
+                    "vimLevelResourceType": "OS::Nova::Server",
+                },
+                "metadata": {"stack_id": uid()},
+            }
+        ]
+        body["affectedVirtualLinks"] = [{"id": uid(), "vnfVirtualLinkDescId": "internalVL1"}]
+    if verbosity == "FULL" and operation == "MODIFY_INFO" and state == "COMPLETED":
+        body["changedInfo"] = {
+            "vimConnectionInfo": {
+                "k8s": {
+                    "vimId": uid(),
+                    "vimType": "ETSINFV.KUBERNETES.V_1",
+                    "interfaceInfo": {"endpoint": "https://10.77.0.11:6443"},
+                    "accessInfo": {"bearer_token": "s3cr3t-bearer-TOKEN-value"},
+                }
+            }
+        }
+    if state in ("FAILED_TEMP", "FAILED", "ROLLED_BACK"):
+        body["error"] = {"status": 500, "detail": "Heat stack create failed"}
+    return body
+
+
+def identifier(
+    kind: str = "Creation", *, instance: str | None = None, version: int = 2
+) -> dict[str, Any]:
+    instance = instance or uid()
+    sub = uid()
+    links = {
+        "vnfInstance": {"href": f"http://127.0.0.1:9890/vnflcm/v2/vnf_instances/{instance}"},
+        "subscription": {"href": f"http://127.0.0.1:9890/vnflcm/v2/subscriptions/{sub}"},
+    }
+    return {
+        "id": uid(),
+        "notificationType": f"VnfIdentifier{kind}Notification",
+        "subscriptionId": sub,
+        "timeStamp": "2026-11-22T03:50:00Z",
+        "vnfInstanceId": instance,
+        ("_links" if version == 2 else "links"): links,
+    }

@@ -1,0 +1,152 @@
+"""The command line: events list/show, db upgrade, config show, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import ServiceFactory, callback_url, wait_settled
+from tests.factories import op_occ
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "subscriber.cli", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.asyncio
+async def test_events_list_json_and_show(
+    start_service: ServiceFactory, http: aiohttp.ClientSession, db_url: str
+) -> None:
+    svc = await start_service()
+    body = op_occ(state="COMPLETED")
+    body["additionalParams"] = {"master_node": {"password": "top-secret-pw"}}
+    async with http.post(callback_url(svc), json=body) as resp:
+        assert resp.status == 204
+    (event,) = await wait_settled(svc, 1)
+
+    out = cli("events", "list", "--format", "json", "--database", db_url)
+    assert out.returncode == 0, out.stderr
+    (item,) = json.loads(out.stdout)
+    assert {
+        k: item[k]
+        for k in (
+            "id",
+            "source",
+            "vnfInstanceId",
+            "vnfLcmOpOccId",
+            "operation",
+            "operationState",
+            "notificationStatus",
+            "status",
+        )
+    } == {
+        "id": event.id,
+        "source": "http",
+        "vnfInstanceId": body["vnfInstanceId"],
+        "vnfLcmOpOccId": body["vnfLcmOpOccId"],
+        "operation": "INSTANTIATE",
+        "operationState": "COMPLETED",
+        "notificationStatus": "RESULT",
+        "status": "done",
+    }
+
+    filtered = cli("events", "list", "--format", "json", "--status", "failed", "--database", db_url)
+    assert json.loads(filtered.stdout) == []
+    by_instance = cli("events", "list", "--instance", body["vnfInstanceId"], "--database", db_url)
+    assert body["vnfInstanceId"] in by_instance.stdout and "done" in by_instance.stdout
+
+    shown = cli("events", "show", str(event.id), "--database", db_url)
+    assert shown.returncode == 0, shown.stderr
+    detail = json.loads(shown.stdout)
+    assert detail["jobs"][0]["handler"] == "log"
+    assert detail["jobs"][0]["steps"][0]["status"] == "done"
+    assert detail["body"]["additionalParams"]["master_node"]["password"] == "***"
+    assert "top-secret-pw" not in shown.stdout
+
+
+def test_events_show_unknown_id_is_one_line_error(db_url: str) -> None:
+    out = cli("events", "show", "999", "--database", db_url)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "lccn-subscriber: error: no event with id 999"
+
+
+def test_db_upgrade_creates_and_is_idempotent(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'new' / 'x.db'}"
+    for _ in range(2):
+        out = cli("db", "upgrade", "--database", url)
+        assert out.returncode == 0, out.stderr
+        assert "revision 0001" in out.stdout
+    assert (tmp_path / "new" / "x.db").exists()
+
+
+def test_default_database_lives_under_lccn_home(tmp_path: Path) -> None:
+    out = cli("db", "upgrade", env={"LCCN_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "lccn.db").exists()
+
+
+def test_config_show_merges_file_env_flags_and_masks_secrets(tmp_path: Path) -> None:
+    cfg = tmp_path / "lccn.yaml"
+    cfg.write_text(
+        "http:\n  port: 9000\n  path: /cb\n"
+        "database:\n  url: postgresql+asyncpg://lccn:hunter2pw@db.example/lccn\n"
+        "dispatch:\n  max_parallel_lanes: 4\n"
+    )
+    out = cli("config", "show", "--config", str(cfg), env={"LCCN_HTTP__PORT": "9100"})
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["http"]["port"] == 9100  # env wins over the file
+    assert data["http"]["path"] == "/cb"
+    assert data["dispatch"]["max_parallel_lanes"] == 4
+    assert "hunter2pw" not in out.stdout
+    assert data["database"]["url"] == "postgresql+asyncpg://lccn:***@db.example/lccn"
+
+
+def test_toml_config_is_read(tmp_path: Path) -> None:
+    cfg = tmp_path / "lccn.toml"
+    cfg.write_text("[http]\nport = 9200\n")
+    data = json.loads(cli("config", "show", "--config", str(cfg)).stdout)
+    assert data["http"]["port"] == 9200
+
+
+@pytest.mark.parametrize(
+    ("content", "env", "message"),
+    [
+        ("http:\n  port: seventy\n", {}, "invalid configuration: http.port:"),
+        ("htp:\n  port: 1\n", {}, "invalid configuration: htp:"),
+        ("", {"LCCN_DISPATCH__MAX_PARALLEL_LANES": "0"}, "dispatch.max_parallel_lanes"),
+    ],
+)
+def test_bad_config_is_a_one_line_error(
+    tmp_path: Path, content: str, env: dict[str, str], message: str
+) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(content)
+    out = cli("config", "show", "--config", str(cfg), env=env)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert message in out.stderr
+
+
+def test_missing_config_file_is_a_one_line_error(tmp_path: Path) -> None:
+    out = cli("serve", "--config", str(tmp_path / "nope.yaml"))
+    assert out.returncode == 2
+    assert (
+        out.stderr.strip()
+        == f"lccn-subscriber: error: config file not found: {tmp_path / 'nope.yaml'}"
+    )
