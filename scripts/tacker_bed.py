@@ -307,14 +307,16 @@ def start(*, startup_timeout: float = 120.0) -> BedState:
             if name == "tacker-conductor":
                 cmd += ["--config-file", str(Path(state.workdir) / "conductor.conf")]
             # A session of its own: api workers are forked children, stop() ends the group.
-            proc = subprocess.Popen(
-                cmd,
-                cwd=state.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=open(Path(state.workdir) / "logs" / f"{name}.out", "wb"),  # noqa: SIM115
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            with (Path(state.workdir) / "logs" / f"{name}.out").open("wb") as out:
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=state.workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            _CHILDREN[proc.pid] = proc  # kept, so stop() can reap it (no zombie, no warning)
             state.pids[name] = proc.pid
         deadline = time.monotonic() + startup_timeout
         while not _ready(state):
@@ -333,8 +335,17 @@ def start(*, startup_timeout: float = 120.0) -> BedState:
         raise
 
 
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def _pid_running(pid: int) -> bool:
     # Reap it if it is our exited child, so a dead process is not mistaken for a zombie.
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is None:
+            return True
+        del _CHILDREN[pid]
+        return False
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:

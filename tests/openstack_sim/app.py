@@ -44,7 +44,7 @@ from aiohttp import web
 
 from .heat import AddressPool, HeatEngine, HeatError, Stack
 
-__all__ = ["Fault", "OpenStackSim", "SimConfig"]
+__all__ = ["Fault", "OpenStackSim", "SimConfig", "vim_connection_info"]
 
 _STACK_SUBPATHS = {"resources", "template", "files", "events", "outputs", "environment", "actions"}
 
@@ -182,22 +182,7 @@ class OpenStackSim:
 
     def vim_connection_info(self, key: str = "vim1") -> dict[str, Any]:
         """The ``vimConnectionInfo`` map that points Tacker at this cloud."""
-        c = self.config
-        return {
-            key: {
-                "vimId": str(uuid.uuid5(uuid.NAMESPACE_URL, self.url)),
-                "vimType": "ETSINFV.OPENSTACK_KEYSTONE.V_3",
-                "interfaceInfo": {"endpoint": self.auth_url},
-                "accessInfo": {
-                    "username": c.username,
-                    "password": c.password,
-                    "region": c.region,
-                    "project": c.project_name,
-                    "projectDomain": c.domain,
-                    "userDomain": c.domain,
-                },
-            }
-        }
+        return vim_connection_info(self.auth_url, self.config, key)
 
     # ---- app --------------------------------------------------------------------------
 
@@ -834,6 +819,28 @@ class OpenStackSim:
     async def _calls_clear(self, request: web.Request) -> web.Response:
         self.calls.clear()
         return web.Response(status=204)
+
+
+def vim_connection_info(
+    auth_url: str, config: SimConfig | None = None, key: str = "vim1"
+) -> dict[str, Any]:
+    """The ``vimConnectionInfo`` map (v2 form) that points Tacker at a simulator."""
+    c = config or SimConfig()
+    return {
+        key: {
+            "vimId": str(uuid.uuid5(uuid.NAMESPACE_URL, auth_url)),
+            "vimType": "ETSINFV.OPENSTACK_KEYSTONE.V_3",
+            "interfaceInfo": {"endpoint": auth_url},
+            "accessInfo": {
+                "username": c.username,
+                "password": c.password,
+                "region": c.region,
+                "project": c.project_name,
+                "projectDomain": c.domain,
+                "userDomain": c.domain,
+            },
+        }
+    }
 
 
 def _parse_or_keep(template: Any) -> dict[str, Any]:
