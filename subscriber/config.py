@@ -31,10 +31,21 @@ __all__ = [
     "HttpSettings",
     "LogSettings",
     "Settings",
+    "SshSettings",
+    "default_data_dir",
     "default_database_path",
     "load_settings",
     "masked",
 ]
+
+
+def default_data_dir() -> Path:
+    """``$LCCN_HOME`` if set, else ``$XDG_DATA_HOME/lccn-subscriber`` (``~/.local/share/...``)."""
+    home = os.environ.get("LCCN_HOME")
+    if home:
+        return Path(home)
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "lccn-subscriber"
 
 
 def default_database_path() -> Path:
@@ -43,11 +54,7 @@ def default_database_path() -> Path:
     ``$LCCN_HOME/lccn.db`` if ``LCCN_HOME`` is set, else
     ``$XDG_DATA_HOME/lccn-subscriber/lccn.db`` (``~/.local/share/...``).
     """
-    home = os.environ.get("LCCN_HOME")
-    if home:
-        return Path(home) / "lccn.db"
-    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(xdg) / "lccn-subscriber" / "lccn.db"
+    return default_data_dir() / "lccn.db"
 
 
 class _Section(BaseModel):
@@ -90,6 +97,9 @@ class DatabaseSettings(_Section):
 class DispatchSettings(_Section):
     """Lanes, ordering, leases and retries."""
 
+    # False: this process only ingests (stores and acknowledges); other
+    # replicas sharing the database run the jobs.
+    enabled: bool = True
     max_parallel_lanes: int = Field(default=16, gt=0)
     reorder_window: float = Field(default=0.3, ge=0)
     lease_ttl: float = Field(default=30.0, gt=0)
@@ -107,6 +117,38 @@ class HandlerSettings(_Section):
     """Extra handler modules: each is imported and its ``register(registry)`` called."""
 
     modules: tuple[str, ...] = ()
+
+
+class SshSettings(_Section):
+    """The SSH executor that runs the cluster work on the VNF's VMs.
+
+    Host keys are pinned: ``strict`` accepts only keys listed in
+    ``known_hosts``; ``accept-new`` records the key of a host seen for the
+    first time there (trust on first use) and still rejects a changed key.
+    ``client_keys`` are tried for every host, before any password a VNF's
+    parameters carry.
+    """
+
+    known_hosts: Path | None = None  # default: <data dir>/known_hosts
+    host_key_policy: Literal["strict", "accept-new"] = "strict"
+    client_keys: tuple[Path, ...] = ()
+    port: int = Field(default=22, gt=0, le=65535)
+    connect_timeout: float = Field(default=15.0, gt=0)
+    # Every command gets one (Tacker's executor has none); steps pass their own.
+    command_timeout: float = Field(default=600.0, gt=0)
+    keepalive_interval: float = Field(default=15.0, ge=0)
+    # Output kept per stream and command: the tail, where errors are.
+    max_output_bytes: int = Field(default=64 * 1024, ge=1024)
+    # Commands run as `timeout T <remote_shell> -c CMD` (Tacker's ran in the login shell, bash).
+    remote_shell: str = "bash"
+    # OpenSSH's MaxSessions is 10 by default: stay below it per connection.
+    max_sessions_per_host: int = Field(default=8, gt=0)
+
+    def resolved_known_hosts(self) -> Path:
+        """The configured known_hosts file, or ``<data dir>/known_hosts``."""
+        return (
+            self.known_hosts if self.known_hosts is not None else default_data_dir() / "known_hosts"
+        )
 
 
 class LogSettings(_Section):
@@ -131,6 +173,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = DatabaseSettings()
     dispatch: DispatchSettings = DispatchSettings()
     handlers: HandlerSettings = HandlerSettings()
+    ssh: SshSettings = SshSettings()
     log: LogSettings = LogSettings()
 
     @classmethod

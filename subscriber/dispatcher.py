@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from schemas import LcmOperationType
 from subscriber.config import DispatchSettings
 from subscriber.runner import Runner
-from subscriber.store import AppendedEvent, EventRow, EventStatus, JobStatus, Store
+from subscriber.store import AppendedEvent, EventRow, EventStatus, Store
 
 __all__ = ["Dispatcher", "choose_next", "default_worker_id"]
 
@@ -308,19 +308,13 @@ class Dispatcher:
                 await asyncio.shield(self._store.leases.release(lane, self.worker_id))
 
     async def _decide(self, lane: str) -> Decision:
-        open_events = await self._store.events.open_events(lane)
-        if not open_events:
-            return Decision()
-        op_occs = [e.vnf_lcm_op_occ_id for e in open_events if e.vnf_lcm_op_occ_id]
-        op_occ_events = await self._store.events.op_occ_states(op_occs)
-        retry_at: dict[int, float] = {}
-        for e in open_events:
-            if e.status == EventStatus.RETRY:
-                job = await self._store.jobs.current(e.id)
-                if job is not None and job.status == JobStatus.RETRY and job.next_attempt_at:
-                    retry_at[e.id] = job.next_attempt_at
+        snap = await self._store.events.lane_snapshot(lane)
         return choose_next(
-            open_events, op_occ_events, retry_at, time.time(), self._settings.reorder_window
+            snap.open_events,
+            snap.op_occ_events,
+            snap.retry_at,
+            time.time(),
+            self._settings.reorder_window,
         )
 
     async def _renew(self, lane: str) -> None:

@@ -24,7 +24,7 @@ from subscriber.errors import LccnError, StepInterrupted
 from subscriber.logs import EventLogAdapter
 from subscriber.redact import redact_text
 from subscriber.store import EventRow, EventStatus, JobStatus, StepStatus, Store
-from subscriber.store.jobs import JobRow
+from subscriber.store.jobs import JobRow, StepRow
 
 __all__ = ["JobOutcome", "Runner", "classify"]
 
@@ -103,9 +103,10 @@ class Runner:
             await self._store.events.set_status(event.id, EventStatus.IGNORED, "no handler")
             return JobOutcome.IGNORED
 
-        job = await self._store.jobs.current(event.id)
+        job, stored_steps = await self._store.jobs.resume_state(event.id)
         if job is None or job.status not in (JobStatus.RUNNING, JobStatus.RETRY):
             job = await self._store.jobs.create(event.id, handler.name, "live", EventStatus.RUNNING)
+            stored_steps = []
             mode = "live"
         else:
             mode = "resume"
@@ -131,7 +132,7 @@ class Runner:
         )
         try:
             plan = await handler.plan(ctx)
-            await self._run_plan(job, plan, ctx)
+            await self._run_plan(job, plan, ctx, stored_steps)
         except _StepFailed as failed:
             return await self._record_failure(job, failed.step, failed.failure, adapter)
         except asyncio.CancelledError:
@@ -151,8 +152,10 @@ class Runner:
         adapter.info("job done", extra={"handler": handler.name, "steps": len(plan)})
         return JobOutcome.DONE
 
-    async def _run_plan(self, job: JobRow, plan: Plan, ctx: JobContext) -> None:
-        stored = {s.name: s for s in await self._store.jobs.steps(job.id)}
+    async def _run_plan(
+        self, job: JobRow, plan: Plan, ctx: JobContext, stored_steps: list[StepRow]
+    ) -> None:
+        stored = {s.name: s for s in stored_steps}
         for idx, step in enumerate(plan):
             row = stored.get(step.name)
             if row is not None and row.status in (StepStatus.DONE, StepStatus.SKIPPED):

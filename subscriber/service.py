@@ -63,7 +63,8 @@ class Service:
         self._state = _State.RUNNING
         try:
             await self.store.start()
-            await self.dispatcher.start()
+            if self.settings.dispatch.enabled:
+                await self.dispatcher.start()
             await self.ingress.start()
         except BaseException:
             await self.stop()

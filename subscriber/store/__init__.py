@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from types import TracebackType
 
 from subscriber.config import DatabaseSettings
-from subscriber.store.engine import create_engines, is_sqlite
+from subscriber.store.database import Database
 from subscriber.store.events import AppendedEvent, EventStore
 from subscriber.store.jobs import JobStore
 from subscriber.store.leases import LeaseStore
 from subscriber.store.migrate import current_revision, head_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
 from subscriber.store.tables import EventStatus, JobStatus, StepStatus
+from subscriber.store.writer import WriteQueue
 
 __all__ = [
     "AppendResult",
@@ -50,16 +50,16 @@ class Store:
         self._settings = settings
         self._migrate = migrate
         self._state = _State.UNOPENED
-        self.url = settings.resolved_url()
-        self.is_sqlite = is_sqlite(self.url)
-        self._write, self._read = create_engines(settings)
-        # SQLite has one writer; PostgreSQL needs no in-process serialisation.
-        lock = asyncio.Lock() if self.is_sqlite else _NoLock()
+        self.db = Database(settings)
+        self.url = self.db.url
+        self.is_sqlite = self.db.is_sqlite
+        # Every write of the process goes through one writer with group commit.
+        self.writer = WriteQueue(self.db, max_batch=settings.group_commit_max)
         self.events = EventStore(
-            self._write, self._read, write_lock=lock, group_commit_max=settings.group_commit_max
+            self.db, writer=self.writer, group_commit_max=settings.group_commit_max
         )
-        self.jobs = JobStore(self._write, self._read, write_lock=lock)
-        self.leases = LeaseStore(self._write, write_lock=lock)
+        self.jobs = JobStore(self.db, writer=self.writer)
+        self.leases = LeaseStore(self.db, writer=self.writer)
 
     async def start(self) -> None:
         """Migrate (when asked) and start the event writer."""
@@ -67,7 +67,8 @@ class Store:
             raise RuntimeError(f"Store cannot start: it is {self._state.value}")
         self._state = _State.OPEN
         if self._migrate:
-            await upgrade(self._write)
+            await upgrade(self.db)
+        self.writer.start()
         self.events.start()
 
     async def stop(self) -> None:
@@ -76,9 +77,8 @@ class Store:
             return
         self._state = _State.CLOSED
         await self.events.stop()
-        await self._write.dispose()
-        if self._read is not self._write:
-            await self._read.dispose()
+        await self.writer.stop()
+        await self.db.dispose()
 
     async def __aenter__(self) -> Store:
         await self.start()
@@ -93,12 +93,4 @@ class Store:
         await self.stop()
 
     async def schema_is_current(self) -> bool:
-        return await current_revision(self._read) == head_revision()
-
-
-class _NoLock:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
+        return await current_revision(self.db) == head_revision()

@@ -8,23 +8,23 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection
 
 from schemas import VnfLcmOperationOccurrenceNotification
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.redact import redact, redact_text
+from subscriber.store.database import Database
 from subscriber.store.records import AppendResult, EventRow, NewEvent, state_rank
-from subscriber.store.tables import EventStatus, events
+from subscriber.store.tables import EventStatus, JobStatus, events, jobs
+from subscriber.store.writer import INGEST, WriteQueue
 
-__all__ = ["AppendedEvent", "EventStore"]
+__all__ = ["AppendedEvent", "EventStore", "LaneSnapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,15 @@ class AppendedEvent:
     operation: str | None
     operation_state: str | None
     received_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSnapshot:
+    """A lane's open events, the states seen for their op-occs, and backoff deadlines."""
+
+    open_events: list[EventRow]
+    op_occ_events: list[tuple[str, int, str, int]]
+    retry_at: dict[int, float]
 
 
 def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
@@ -84,44 +93,41 @@ class EventStore:
 
     def __init__(
         self,
-        write_engine: AsyncEngine,
-        read_engine: AsyncEngine,
+        db: Database,
         *,
-        write_lock: AbstractAsyncContextManager[Any],
+        writer: WriteQueue,
         group_commit_max: int = 256,
     ) -> None:
-        self._write = write_engine
-        self._read = read_engine
-        self._write_lock = write_lock
+        self._db = db
+        self._writer = writer
         self._max = group_commit_max
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[Sequence[AppendedEvent]], None]] = []
         self._closed = False
-        dialect = write_engine.dialect.name
         self._insert = (
-            postgresql.insert(events) if dialect == "postgresql" else sqlite.insert(events)
+            postgresql.insert(events) if db.dialect_name == "postgresql" else sqlite.insert(events)
         )
 
     # -- lifecycle -----------------------------------------------------------
 
     def start(self) -> None:
-        if self._writer is not None:
+        if self._task is not None:
             raise RuntimeError("EventStore already started")
-        self._writer = asyncio.create_task(self._write_loop(), name="event-store-writer")
-        self._writer.add_done_callback(self._writer_done)
+        self._task = asyncio.create_task(self._write_loop(), name="event-batcher")
+        self._task.add_done_callback(self._task_done)
 
     async def stop(self) -> None:
         """Write what is queued, then stop the writer (idempotent)."""
         self._closed = True
-        task, self._writer = self._writer, None
+        task, self._task = self._task, None
         if task is None:
             return
         await self._queue.put(_Pending({}, asyncio.get_running_loop().create_future()))
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    def _writer_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: asyncio.Task[None]) -> None:
         # If the writer dies, nobody may wait forever for a commit.
         exc = None if task.cancelled() else task.exception()
         err = StoreError(f"event writer stopped: {exc or 'cancelled'}")
@@ -148,7 +154,7 @@ class EventStore:
             StoreUnavailable: the database could not be written (retriable).
             StoreError: the store is stopped.
         """
-        if self._closed or self._writer is None:
+        if self._closed or self._task is None:
             raise StoreError("event store is not running")
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Pending(_row_values(new, time.time()), future))
@@ -176,27 +182,35 @@ class EventStore:
         for item in batch:
             by_key.setdefault(item.values["dedup_key"], []).append(item)
         rows = [items[0].values for items in by_key.values()]
-        try:
-            async with self._write_lock, self._write.begin() as conn:
-                stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
-                    events.c.id, events.c.dedup_key
-                )
-                inserted = {r.dedup_key: r.id for r in (await conn.execute(stmt, rows)).all()}
-                missing = [k for k in by_key if k not in inserted]
-                existing: dict[str, int] = {}
-                if missing:
-                    res = await conn.execute(
-                        sa.select(events.c.id, events.c.dedup_key).where(
-                            events.c.dedup_key.in_(missing)
-                        )
+        stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
+            events.c.id, events.c.dedup_key
+        )
+
+        def write(conn: Connection) -> tuple[dict[str, int], dict[str, int]]:
+            inserted = {r.dedup_key: r.id for r in conn.execute(stmt, rows).all()}
+            missing = [k for k in by_key if k not in inserted]
+            existing: dict[str, int] = {}
+            if missing:
+                res = conn.execute(
+                    sa.select(events.c.id, events.c.dedup_key).where(
+                        events.c.dedup_key.in_(missing)
                     )
-                    existing = {r.dedup_key: r.id for r in res.all()}
-        except (SQLAlchemyError, OSError) as exc:
-            err = StoreUnavailable(f"could not store events: {type(exc).__name__}")
+                )
+                existing = {r.dedup_key: r.id for r in res.all()}
+            return inserted, existing
+
+        try:
+            inserted, existing = await self._writer.run(write, priority=INGEST)
+        except Exception as exc:
+            err = (
+                exc
+                if isinstance(exc, StoreError)
+                else StoreUnavailable(f"could not store events: {type(exc).__name__}")
+            )
             for item in batch:
                 if not item.future.done():
                     item.future.set_exception(err)
-            log.error("event batch failed", exc_info=exc)
+            log.error("event batch failed: %s", err)
             return
 
         appended: list[AppendedEvent] = []
@@ -264,27 +278,24 @@ class EventStore:
             "status": EventStatus.POISON,
             "status_detail": redact_text(error),
         }
-        async with self._write_lock, self._write.begin() as conn:
-            stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
-                events.c.id
-            )
-            row = (await conn.execute(stmt, [values])).first()
+        stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
+            events.c.id
+        )
+
+        def write(conn: Connection) -> AppendResult:
+            row = conn.execute(stmt, [values]).first()
             if row is not None:
                 return AppendResult(row[0], False)
-            existing = await conn.scalar(
-                sa.select(events.c.id).where(events.c.dedup_key == dedup_key)
-            )
+            existing = conn.scalar(sa.select(events.c.id).where(events.c.dedup_key == dedup_key))
             return AppendResult(int(existing or 0), True)
+
+        return await self._writer.run(write, priority=INGEST)
 
     # -- reads ---------------------------------------------------------------
 
     async def get(self, event_id: int) -> EventRow | None:
-        async with self._read.connect() as conn:
-            row = (
-                (await conn.execute(sa.select(events).where(events.c.id == event_id)))
-                .mappings()
-                .first()
-            )
+        q = sa.select(events).where(events.c.id == event_id)
+        row = await self._db.read(lambda conn: conn.execute(q).mappings().first())
         return EventRow.from_mapping(row) if row else None
 
     async def list(
@@ -303,8 +314,7 @@ class EventStore:
             q = q.where(events.c.vnf_instance_id == vnf_instance_id)
         if limit:
             q = q.limit(limit)
-        async with self._read.connect() as conn:
-            rows = (await conn.execute(q)).mappings().all()
+        rows = await self._db.read(lambda conn: conn.execute(q).mappings().all())
         return [EventRow.from_mapping(r) for r in rows]
 
     async def lanes_with_open_events(self) -> builtins.list[str]:
@@ -314,37 +324,47 @@ class EventStore:
             .where(events.c.status.in_(EventStatus.OPEN))
             .group_by(events.c.vnf_instance_id)
         )
-        async with self._read.connect() as conn:
-            return [r[0] for r in (await conn.execute(q)).all() if r[0] is not None]
+        rows = await self._db.read(lambda conn: conn.execute(q).all())
+        return [r[0] for r in rows if r[0] is not None]
 
-    async def open_events(self, lane: str) -> builtins.list[EventRow]:
-        """The lane's events still to run (pending, running, retry), in id order."""
-        q = (
+    async def lane_snapshot(self, lane: str) -> LaneSnapshot:
+        """Everything the dispatcher needs to pick a lane's next event, in one read."""
+        open_q = (
             sa.select(events)
             .where(events.c.vnf_instance_id == lane, events.c.status.in_(EventStatus.OPEN))
             .order_by(events.c.id)
         )
-        async with self._read.connect() as conn:
-            rows = (await conn.execute(q)).mappings().all()
-        return [EventRow.from_mapping(r) for r in rows]
 
-    async def op_occ_states(
-        self, op_occ_ids: Iterable[str]
-    ) -> builtins.list[tuple[str, int, str, int]]:
-        """``(op_occ_id, event_id, status, state_rank)`` of every event of these op-occs."""
-        ids = list(set(op_occ_ids))
-        if not ids:
-            return []
-        q = sa.select(
-            events.c.vnf_lcm_op_occ_id, events.c.id, events.c.status, events.c.state_rank
-        ).where(events.c.vnf_lcm_op_occ_id.in_(ids))
-        async with self._read.connect() as conn:
-            return [(r[0], r[1], r[2], r[3]) for r in (await conn.execute(q)).all()]
+        def read(conn: Connection) -> LaneSnapshot:
+            rows = [EventRow.from_mapping(r) for r in conn.execute(open_q).mappings().all()]
+            ids = sorted({e.vnf_lcm_op_occ_id for e in rows if e.vnf_lcm_op_occ_id})
+            states: builtins.list[tuple[str, int, str, int]] = []
+            if ids:
+                q = sa.select(
+                    events.c.vnf_lcm_op_occ_id, events.c.id, events.c.status, events.c.state_rank
+                ).where(events.c.vnf_lcm_op_occ_id.in_(ids))
+                states = [(r[0], r[1], r[2], r[3]) for r in conn.execute(q).all()]
+            retry_ids = [e.id for e in rows if e.status == EventStatus.RETRY]
+            retry_at: dict[int, float] = {}
+            if retry_ids:
+                q2 = (
+                    sa.select(jobs.c.event_id, sa.func.max(jobs.c.next_attempt_at))
+                    .where(jobs.c.event_id.in_(retry_ids), jobs.c.status == JobStatus.RETRY)
+                    .group_by(jobs.c.event_id)
+                )
+                retry_at = {r[0]: r[1] for r in conn.execute(q2).all() if r[1] is not None}
+            return LaneSnapshot(rows, states, retry_at)
+
+        return await self._db.read(read)
 
     async def set_status(self, event_id: int, status: str, detail: str | None = None) -> None:
-        async with self._write_lock, self._write.begin() as conn:
-            await conn.execute(
-                events.update()
-                .where(events.c.id == event_id)
-                .values(status=status, status_detail=detail, updated_at=time.time())
-            )
+        stmt = (
+            events.update()
+            .where(events.c.id == event_id)
+            .values(status=status, status_detail=detail, updated_at=time.time())
+        )
+
+        def write(conn: Connection) -> None:
+            conn.execute(stmt)
+
+        await self._writer.run(write)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection
 
 from subscriber.redact import redact, redact_text
+from subscriber.store.database import Database
 from subscriber.store.tables import StepStatus, events, jobs, steps
+from subscriber.store.writer import WriteQueue
 
 __all__ = ["JobRow", "JobStore", "StepRow"]
 
@@ -62,23 +63,17 @@ def _step(row: Any) -> StepRow:
 class JobStore:
     """Persistence of jobs and step checkpoints (all text redacted before it is written)."""
 
-    def __init__(
-        self,
-        write_engine: AsyncEngine,
-        read_engine: AsyncEngine,
-        *,
-        write_lock: AbstractAsyncContextManager[Any],
-    ) -> None:
-        self._write = write_engine
-        self._read = read_engine
-        self._lock = write_lock
+    def __init__(self, db: Database, *, writer: WriteQueue) -> None:
+        self._db = db
+        self._writer = writer
 
     async def create(self, event_id: int, handler: str, mode: str, event_status: str) -> JobRow:
         """Create a job for ``event_id`` and set the event's status, in one transaction."""
         now = time.time()
-        async with self._lock, self._write.begin() as conn:
+
+        def write(conn: Connection) -> int:
             job_id = (
-                await conn.execute(
+                conn.execute(
                     jobs.insert()
                     .values(
                         event_id=event_id,
@@ -92,36 +87,49 @@ class JobStore:
                     .returning(jobs.c.id)
                 )
             ).scalar_one()
-            await conn.execute(
+            conn.execute(
                 events.update()
                 .where(events.c.id == event_id)
                 .values(status=event_status, status_detail=None, updated_at=now)
             )
+            return int(job_id)
+
+        job_id = await self._writer.run(write)
         return JobRow(job_id, event_id, handler, mode, "running", 0, None, None, None, now, now)
 
     async def current(self, event_id: int) -> JobRow | None:
         """The newest job of an event."""
         q = sa.select(jobs).where(jobs.c.event_id == event_id).order_by(jobs.c.id.desc()).limit(1)
-        async with self._read.connect() as conn:
-            row = (await conn.execute(q)).mappings().first()
+        row = await self._db.read(lambda conn: conn.execute(q).mappings().first())
         return _job(row) if row else None
 
+    async def resume_state(self, event_id: int) -> tuple[JobRow | None, list[StepRow]]:
+        """The newest job of an event and its step checkpoints, in one read."""
+        q = sa.select(jobs).where(jobs.c.event_id == event_id).order_by(jobs.c.id.desc()).limit(1)
+
+        def read(conn: Connection) -> tuple[JobRow | None, list[StepRow]]:
+            row = conn.execute(q).mappings().first()
+            if row is None:
+                return None, []
+            sq = sa.select(steps).where(steps.c.job_id == row["id"]).order_by(steps.c.idx)
+            return _job(row), [_step(r) for r in conn.execute(sq).mappings().all()]
+
+        return await self._db.read(read)
+
     async def get(self, job_id: int) -> JobRow | None:
-        async with self._read.connect() as conn:
-            row = (
-                (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).mappings().first()
-            )
+        q = sa.select(jobs).where(jobs.c.id == job_id)
+        row = await self._db.read(lambda conn: conn.execute(q).mappings().first())
         return _job(row) if row else None
 
     async def for_event(self, event_id: int) -> list[JobRow]:
         q = sa.select(jobs).where(jobs.c.event_id == event_id).order_by(jobs.c.id)
-        async with self._read.connect() as conn:
-            return [_job(r) for r in (await conn.execute(q)).mappings().all()]
+        rows = await self._db.read(lambda conn: conn.execute(q).mappings().all())
+        return [_job(r) for r in rows]
 
     async def steps(self, job_id: int) -> list[StepRow]:
         q = sa.select(steps).where(steps.c.job_id == job_id).order_by(steps.c.idx)
-        async with self._read.connect() as conn:
-            return [_step(r) for r in (await conn.execute(q)).mappings().all()]
+        rows = await self._db.read(lambda conn: conn.execute(q).mappings().all())
+        return [_step(r) for r in rows]
 
     async def update(
         self,
@@ -147,19 +155,23 @@ class JobStore:
         if attempts is not None:
             values["attempts"] = attempts
         detail = values["last_error"]
-        async with self._lock, self._write.begin() as conn:
-            await conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
-            await conn.execute(
+
+        def write(conn: Connection) -> None:
+            conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
+            conn.execute(
                 events.update()
                 .where(events.c.id == event_id)
                 .values(status=event_status, status_detail=detail, updated_at=now)
             )
 
+        await self._writer.run(write)
+
     async def step_started(self, job_id: int, idx: int, name: str, idempotent: bool) -> None:
         """Checkpoint: the step is about to run (written before any side effect)."""
         now = time.time()
-        async with self._lock, self._write.begin() as conn:
-            res = await conn.execute(
+
+        def write(conn: Connection) -> None:
+            res = conn.execute(
                 steps.update()
                 .where(steps.c.job_id == job_id, steps.c.name == name)
                 .values(
@@ -172,7 +184,7 @@ class JobStore:
                 )
             )
             if res.rowcount == 0:
-                await conn.execute(
+                conn.execute(
                     steps.insert().values(
                         job_id=job_id,
                         idx=idx,
@@ -183,6 +195,8 @@ class JobStore:
                         started_at=now,
                     )
                 )
+
+        await self._writer.run(write)
 
     async def step_finished(
         self,
@@ -195,15 +209,19 @@ class JobStore:
         result: Any = None,
     ) -> None:
         """Checkpoint: the step's outcome (``done``, ``skipped`` or ``failed``)."""
-        async with self._lock, self._write.begin() as conn:
-            await conn.execute(
-                steps.update()
-                .where(steps.c.job_id == job_id, steps.c.name == name)
-                .values(
-                    status=status,
-                    finished_at=time.time(),
-                    error=redact_text(error) if error else None,
-                    output=redact_text(output) if output else None,
-                    result=json.dumps(redact(result)) if result is not None else None,
-                )
+        stmt = (
+            steps.update()
+            .where(steps.c.job_id == job_id, steps.c.name == name)
+            .values(
+                status=status,
+                finished_at=time.time(),
+                error=redact_text(error) if error else None,
+                output=redact_text(output) if output else None,
+                result=json.dumps(redact(result)) if result is not None else None,
             )
+        )
+
+        def write(conn: Connection) -> None:
+            conn.execute(stmt)
+
+        await self._writer.run(write)

@@ -8,24 +8,24 @@ lane over (a later multi-replica deployment on PostgreSQL relies on this).
 from __future__ import annotations
 
 import time
-from contextlib import AbstractAsyncContextManager
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 
+from subscriber.store.database import Database
 from subscriber.store.tables import leases
+from subscriber.store.writer import WriteQueue
 
 __all__ = ["LeaseStore"]
 
 
 class LeaseStore:
-    def __init__(
-        self, write_engine: AsyncEngine, *, write_lock: AbstractAsyncContextManager[Any]
-    ) -> None:
-        self._write = write_engine
-        self._lock = write_lock
+    def __init__(self, db: Database, *, writer: WriteQueue) -> None:
+        self._db = db
+        self._writer = writer
+        pg = db.dialect_name == "postgresql"
+        self._insert = postgresql.insert(leases) if pg else sqlite.insert(leases)
 
     async def acquire(
         self, lane: str, owner: str, ttl: float, *, take_over: frozenset[str] = frozenset()
@@ -40,42 +40,44 @@ class LeaseStore:
         cond = sa.or_(leases.c.owner == owner, leases.c.expires_at < now)
         if take_over:
             cond = sa.or_(cond, leases.c.owner.in_(sorted(take_over)))
-        async with self._lock:
-            async with self._write.begin() as conn:
-                res = await conn.execute(
-                    leases.update()
-                    .where(leases.c.lane == lane, cond)
-                    .values(owner=owner, acquired_at=now, expires_at=now + ttl)
-                )
-                if res.rowcount:
-                    return True
-            try:
-                async with self._write.begin() as conn:
-                    await conn.execute(
-                        leases.insert().values(
-                            lane=lane, owner=owner, acquired_at=now, expires_at=now + ttl
-                        )
-                    )
+        update = (
+            leases.update()
+            .where(leases.c.lane == lane, cond)
+            .values(owner=owner, acquired_at=now, expires_at=now + ttl)
+        )
+        insert = self._insert.values(
+            lane=lane, owner=owner, acquired_at=now, expires_at=now + ttl
+        ).on_conflict_do_nothing(index_elements=["lane"])
+
+        def write(conn: Connection) -> bool:
+            if conn.execute(update).rowcount:
                 return True
-            except IntegrityError:
-                return False
+            return bool(conn.execute(insert).rowcount)
+
+        return await self._writer.run(write)
 
     async def renew(self, lane: str, owner: str, ttl: float) -> bool:
         """Extend our lease; False if we lost it."""
-        async with self._lock, self._write.begin() as conn:
-            res = await conn.execute(
-                leases.update()
-                .where(leases.c.lane == lane, leases.c.owner == owner)
-                .values(expires_at=time.time() + ttl)
-            )
-            return bool(res.rowcount)
+        stmt = (
+            leases.update()
+            .where(leases.c.lane == lane, leases.c.owner == owner)
+            .values(expires_at=time.time() + ttl)
+        )
+
+        def write(conn: Connection) -> bool:
+            return bool(conn.execute(stmt).rowcount)
+
+        return await self._writer.run(write)
 
     async def release(self, lane: str, owner: str) -> None:
-        async with self._lock, self._write.begin() as conn:
-            await conn.execute(
-                leases.delete().where(leases.c.lane == lane, leases.c.owner == owner)
-            )
+        stmt = leases.delete().where(leases.c.lane == lane, leases.c.owner == owner)
+
+        def write(conn: Connection) -> None:
+            conn.execute(stmt)
+
+        await self._writer.run(write)
 
     async def owners(self) -> list[str]:
-        async with self._write.connect() as conn:
-            return [r[0] for r in (await conn.execute(sa.select(leases.c.owner).distinct())).all()]
+        q = sa.select(leases.c.owner).distinct()
+        rows = await self._db.read(lambda conn: conn.execute(q).all())
+        return [r[0] for r in rows]

@@ -1,4 +1,4 @@
-"""Alembic migrations, run programmatically on an async engine."""
+"""Alembic migrations, run programmatically through the store's Database."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+
+from subscriber.store.database import Database
 
 __all__ = ["current_revision", "head_revision", "upgrade"]
 
@@ -28,19 +29,17 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(_config()).get_current_head()
 
 
-async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+async def upgrade(db: Database, revision: str = "head") -> None:
     """Bring the store's schema up to ``revision`` (idempotent)."""
 
     def run(connection: Connection) -> None:
         command.upgrade(_config(connection), revision)
 
-    async with engine.begin() as conn:
-        await conn.run_sync(run)
+    await db.write_batch([run])
 
 
-async def current_revision(engine: AsyncEngine) -> str | None:
+async def current_revision(db: Database) -> str | None:
     def read(connection: Connection) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
-    async with engine.connect() as conn:
-        return await conn.run_sync(read)
+    return await db.read(read)

@@ -1,0 +1,160 @@
+"""Workers joining in parallel vs one after another (Tacker's driver joins them in turn).
+
+Builds 11 real sshd hosts (scripts/testhosts.py), initialises a one-master
+cluster with the stand-in kubeadm, gives every ``kubeadm join`` a fixed cost
+(``--join-cost``, default 1.5 s: the stand-in sleeps, like a real join waits on
+the API server and the kubelet), then times the same worker step, the
+install script's ``-w`` path over SSH, for 10 workers:
+
+* sequential: one worker after another, as Tacker's ``instantiate_end`` and
+  ``scale_end`` do;
+* parallel: ``asyncio.gather`` over the SSH executor.
+
+Each round starts from fresh connections and fresh nodes. Prints the figures,
+then ``ratio=<sequential/parallel>`` as the last line. Needs root (namespaces);
+run ``scripts/setup.d/10-sshd.sh`` first. ``python bench/scale_join.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python bench/scale_join.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from schemas.cluster_params import parse_install_output  # noqa: E402
+from subscriber.config import SshSettings  # noqa: E402
+from subscriber.ssh import SshPool, SshTarget  # noqa: E402
+
+SCRIPTS = ROOT / "scripts"
+SCRIPT = "/tmp/install_k8s_cluster.sh"
+ENV = {"K8S_SKIP_PHASES": "packages,cni"}
+
+
+def load_testhosts() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("testhosts", SCRIPTS / "testhosts.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["testhosts"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def settings(bed: Any) -> SshSettings:
+    return SshSettings(
+        known_hosts=bed.known_hosts, client_keys=(bed.client_key,), command_timeout=120
+    )
+
+
+async def setup_cluster(bed: Any) -> tuple[str, str]:
+    """Name the nodes, upload the script, init the master. Returns (token, CA hash)."""
+    master = bed.hosts[0]
+    async with SshPool(settings(bed)) as pool:
+
+        async def prepare(host: Any, name: str) -> None:
+            target = SshTarget(host=host.address)
+            await pool.upload(target, SCRIPTS / "install_k8s_cluster.sh", SCRIPT, mode=0o755)
+            await pool.run(target, f"hostname {name}")
+
+        await asyncio.gather(
+            *(
+                prepare(h, ("master" if i == 0 else "worker") + h.address.rsplit(".", 1)[1])
+                for i, h in enumerate(bed.hosts)
+            )
+        )
+        result = await pool.run(
+            SshTarget(host=master.address),
+            f"bash {SCRIPT} -m {master.address} -i {master.address} -p 10.200.0.0/16",
+            env=ENV,
+        )
+        report = parse_install_output(result.check().stdout)
+    return report.token.get_secret_value(), report.ssl_ca_cert_hash
+
+
+async def join_step(pool: SshPool, bed: Any, worker: Any, token: str, ca_hash: str) -> None:
+    """The worker step a handler runs: the install script's join path."""
+    master = bed.hosts[0]
+    result = await pool.run(
+        SshTarget(host=worker.address),
+        f"bash {SCRIPT} -w {worker.address} -i {master.address} -t {token} -s {ca_hash}",
+        env={**ENV, "ha_flag": "False"},
+        secrets=[token],
+    )
+    result.check(step=f"join-{worker.name}")
+
+
+async def reset_workers(bed: Any, workers: list[Any]) -> None:
+    """Undo the joins (not timed): reset each worker, delete its node on the master."""
+    async with SshPool(settings(bed)) as pool:
+        names = await asyncio.gather(
+            *(pool.run(SshTarget(host=w.address), "hostname") for w in workers)
+        )
+        await asyncio.gather(
+            *(
+                pool.run(SshTarget(host=w.address), "kubeadm reset -f && rm -f /tmp/installed")
+                for w in workers
+            )
+        )
+        node_names = " ".join(n.stdout.strip() for n in names)
+        await pool.run(SshTarget(host=bed.hosts[0].address), f"kubectl delete node {node_names}")
+
+
+async def timed_round(
+    bed: Any, workers: list[Any], token: str, ca_hash: str, parallel: bool
+) -> float:
+    async with SshPool(settings(bed)) as pool:
+        started = time.perf_counter()
+        if parallel:
+            await asyncio.gather(*(join_step(pool, bed, w, token, ca_hash) for w in workers))
+        else:
+            for worker in workers:
+                await join_step(pool, bed, worker, token, ca_hash)
+        elapsed = time.perf_counter() - started
+    state = bed.state()
+    joined = [n for n, v in state["nodes"].items() if not v["roles"] and v["ready"]]
+    if len(joined) != len(workers):
+        raise RuntimeError(f"expected {len(workers)} joined workers, state has {len(joined)}")
+    return elapsed
+
+
+async def main_async(bed: Any, workers: int, join_cost: float) -> tuple[float, float]:
+    token, ca_hash = await setup_cluster(bed)
+    bed.set_join_delay(join_cost)
+    nodes = bed.hosts[1 : 1 + workers]
+    sequential = await timed_round(bed, nodes, token, ca_hash, parallel=False)
+    await reset_workers(bed, nodes)
+    parallel = await timed_round(bed, nodes, token, ca_hash, parallel=True)
+    return sequential, parallel
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=10)
+    parser.add_argument("--join-cost", type=float, default=1.5, help="seconds per kubeadm join")
+    args = parser.parse_args()
+    testhosts = load_testhosts()
+    started = time.perf_counter()
+    bed = testhosts.create(args.workers + 1, password=False)
+    try:
+        sequential, parallel = asyncio.run(main_async(bed, args.workers, args.join_cost))
+    finally:
+        testhosts.destroy(bed)
+    total = time.perf_counter() - started
+    print(f"workers={args.workers} join_cost={args.join_cost:.2f}s")
+    print(f"sequential={sequential:.2f}s ({sequential / args.workers:.2f}s per worker)")
+    print(f"parallel={parallel:.2f}s")
+    print(f"floor={args.join_cost:.2f}s (one join) total_run={total:.1f}s")
+    print(f"ratio={sequential / parallel:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,745 @@
+"""The SSH executor: commands and file uploads on the VNF's VMs.
+
+Handlers talk to :class:`SshExecutor` (a Protocol), so unit tests can inject an
+in-memory fake; the service and the ``ssh`` test tier use :class:`SshPool`, one
+reused asyncssh connection per (host, port, user).
+
+What it does better than Tacker's ``RemoteCommandExecutor`` (TACKER.md §1.3):
+host keys are pinned (``strict``, or ``accept-new`` = trust on first use), key
+authentication as well as the password Tacker's parameters carry, a real
+timeout on every command, output bounded to its tail, and errors classified
+for the runner.
+
+Errors (all translated from asyncssh in :func:`_ssh_errors`, with ``from exc``)::
+
+    TransientStepError (retriable)
+    ├── SshConnectError       cannot connect: refused, unreachable, connect timeout
+    ├── SshConnectionLost     an open connection or channel broke
+    └── CommandTimeout        a command ran past its timeout (its channel is closed)
+    PermanentStepError
+    ├── HostKeyRejected       unknown host key under ``strict``, or a changed key
+    ├── AuthenticationFailed  every offered key / the password was refused
+    ├── SftpFailed            the upload was refused (no such dir, permission)
+    └── CommandFailed         non-zero exit, raised by :meth:`CommandResult.check`
+
+A command that exits non-zero is *not* an error of the executor: it returns a
+:class:`CommandResult` and the step decides (``kubectl get node X`` exiting 1
+means "not joined yet"). Everything shown in logs and error messages is
+redacted (:func:`subscriber.redact.redact_text` plus the target's password and
+the ``secrets`` a caller names).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import re
+import shlex
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, TypeVar, runtime_checkable
+
+import asyncssh
+from pydantic import SecretStr
+
+from subscriber.config import SshSettings
+from subscriber.errors import LccnError, PermanentStepError, TransientStepError
+from subscriber.redact import MASK, redact_text
+
+__all__ = [
+    "AuthenticationFailed",
+    "CommandFailed",
+    "CommandResult",
+    "CommandTimeout",
+    "HostKeyPolicy",
+    "HostKeyRejected",
+    "KnownHosts",
+    "PoolState",
+    "SftpFailed",
+    "SshConnectError",
+    "SshConnectionLost",
+    "SshError",
+    "SshExecutor",
+    "SshPool",
+    "SshTarget",
+    "run_checked",
+]
+
+log = logging.getLogger(__name__)
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class HostKeyPolicy(enum.Enum):
+    """What to do with a host key that ``known_hosts`` does not list."""
+
+    STRICT = "strict"
+    ACCEPT_NEW = "accept-new"
+
+
+class PoolState(enum.Enum):
+    UNOPENED = "unopened"
+    OPENED = "opened"
+    CLOSED = "closed"
+
+
+# --------------------------------------------------------------------- errors
+
+
+class SshError(LccnError):
+    """Mixin root of the executor's errors; ``host`` is ``user@host:port``."""
+
+    error_class = "ssh"
+    host: str = ""
+
+
+class SshConnectError(TransientStepError, SshError):
+    error_class = "ssh-connect"
+
+
+class SshConnectionLost(TransientStepError, SshError):
+    error_class = "ssh-connection-lost"
+
+
+class CommandTimeout(TransientStepError, SshError):
+    """The command ran past its timeout; ``result`` holds the output seen so far."""
+
+    error_class = "ssh-command-timeout"
+    result: CommandResult | None = None
+
+
+class HostKeyRejected(PermanentStepError, SshError):
+    error_class = "ssh-host-key"
+
+
+class AuthenticationFailed(PermanentStepError, SshError):
+    error_class = "ssh-auth"
+
+
+class SftpFailed(PermanentStepError, SshError):
+    error_class = "ssh-sftp"
+
+
+class CommandFailed(PermanentStepError, SshError):
+    """A command exited non-zero (raised by :meth:`CommandResult.check`)."""
+
+    error_class = "ssh-command-failed"
+    result: CommandResult | None = None
+
+
+_E = TypeVar("_E", bound=SshError)
+
+
+def _error(cls: type[_E], message: str, host: str, **extra: object) -> _E:
+    err = cls(message)
+    err.host = host
+    for name, value in extra.items():
+        setattr(err, name, value)
+    return err
+
+
+# --------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SshTarget:
+    """Where and as whom to run: one pooled connection per (host, port, username).
+
+    Arguments:
+        host: address or name of the VM (Tacker's ``ssh_cp_name`` IP).
+        username: login user; commands run with ``sudo=True`` go through sudo
+            unless this is ``root``.
+        port: SSH port; ``None`` takes the executor's default.
+        password: for password authentication and ``sudo -S``.
+        client_keys: private key files tried before the executor's own.
+        known_hosts: extra OpenSSH known_hosts lines trusted for this target
+            (e.g. pinned in the VNF's parameters).
+    """
+
+    host: str
+    username: str = "root"
+    port: int | None = None
+    password: SecretStr | None = field(default=None, compare=False, repr=False)
+    client_keys: tuple[Path, ...] = field(default=(), compare=False)
+    known_hosts: str | None = field(default=None, compare=False, repr=False)
+
+    def describe(self, default_port: int = 22) -> str:
+        return f"{self.username}@{self.host}:{self.port or default_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """The outcome of one command.
+
+    ``stdout``/``stderr`` are the *tails* of the streams (at most
+    ``max_output_bytes`` each, decoded as UTF-8 with replacement), raw, for the
+    step to parse; ``command`` is the redacted form, for messages.
+    """
+
+    host: str
+    command: str
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    duration: float
+    exit_signal: str | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    secrets: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def redacted(self, text: str) -> str:
+        """``text`` with this command's secrets and secret-looking values masked."""
+        return _mask(text, self.secrets)
+
+    def check(self, *, step: str | None = None) -> CommandResult:
+        """Return ``self`` if the command exited 0, else raise.
+
+        Raises:
+            CommandFailed: with the exit status and the redacted stderr tail
+                (stdout's when stderr is empty).
+        """
+        if self.ok:
+            return self
+        status = f"signal {self.exit_signal}" if self.exit_signal else f"exit {self.exit_status}"
+        tail = (self.stderr.strip() or self.stdout.strip())[-800:]
+        message = f"{self.command!r} on {self.host} failed ({status})"
+        if tail:
+            message += f": {self.redacted(tail)}"
+        err = _error(CommandFailed, message, self.host, result=self)
+        err.step = step
+        raise err
+
+
+def _mask(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, MASK)
+    return redact_text(text)
+
+
+@runtime_checkable
+class SshExecutor(Protocol):
+    """What handlers need from SSH (the seam for in-memory fakes)."""
+
+    async def run(
+        self,
+        target: SshTarget,
+        command: str,
+        *,
+        command_timeout: float | None = None,
+        sudo: bool = False,
+        input: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> CommandResult: ...
+
+    async def upload(
+        self,
+        target: SshTarget,
+        source: bytes | str | Path,
+        remote_path: str,
+        *,
+        mode: int = 0o644,
+        upload_timeout: float | None = None,
+    ) -> None: ...
+
+
+async def run_checked(
+    executor: SshExecutor,
+    target: SshTarget,
+    command: str,
+    *,
+    step: str | None = None,
+    **kwargs: object,
+) -> CommandResult:
+    """:meth:`SshExecutor.run` then :meth:`CommandResult.check`.
+
+    Raises:
+        CommandFailed: non-zero exit; plus everything ``run`` raises.
+    """
+    result = await executor.run(target, command, **kwargs)  # type: ignore[arg-type]
+    return result.check(step=step)
+
+
+# --------------------------------------------------------------- known hosts
+
+
+class KnownHosts:
+    """An OpenSSH known_hosts file, re-read on every connect, appended on accept-new.
+
+    The file is small and connects are rare (connections are pooled), so it is
+    read afresh each time: an operator's edit takes effect without a restart.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()  # asyncssh calls the validator synchronously
+
+    def _text(self) -> str:
+        try:
+            return self.path.read_text()
+        except FileNotFoundError:
+            return ""
+
+    def load(self, extra: str | None = None) -> asyncssh.SSHKnownHosts:
+        text = self._text()
+        if extra:
+            text += "\n" + extra
+        return asyncssh.import_known_hosts(text)
+
+    def knows(self, host: str, addr: str, port: int, extra: str | None = None) -> bool:
+        """Whether any key (or CA) is listed for the host: then a new key is a mismatch."""
+        matched = self.load(extra).match(host, addr, port if port != 22 else None)
+        return bool(matched[0] or matched[1] or matched[2])
+
+    def add(self, host: str, port: int, key: asyncssh.SSHKey) -> bool:
+        """Record ``key`` for ``host`` unless some key is listed for it meanwhile."""
+        with self._lock:
+            if self.knows(host, host, port):
+                return False
+            name = host if port == 22 else f"[{host}]:{port}"
+            algorithm, blob = key.export_public_key("openssh").decode().split()[:2]
+            line = f"{name} {algorithm} {blob}\n"  # without the key's comment
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a") as fh:
+                fh.write(line)
+            self.path.chmod(0o600)
+            return True
+
+
+class _PolicyClient(asyncssh.SSHClient):
+    """Decides about host keys known_hosts does not list (asyncssh's callback)."""
+
+    def __init__(
+        self, store: KnownHosts, policy: HostKeyPolicy, port: int, extra: str | None
+    ) -> None:
+        self._store = store
+        self._policy = policy
+        self._port = port
+        self._extra = extra
+        self.reason = ""
+
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
+        if self._store.knows(host, addr, self._port, self._extra):
+            self.reason = "host key mismatch: the host presented a different key than pinned"
+            return False
+        if self._policy is HostKeyPolicy.STRICT:
+            self.reason = f"host key unknown and host_key_policy is strict ({self._store.path})"
+            return False
+        if self._store.add(host, self._port, key):
+            log.warning(
+                "accept-new: recorded host key %s for %s in %s",
+                key.get_fingerprint(),
+                host,
+                self._store.path,
+            )
+            return True
+        self.reason = "host key mismatch: another key was recorded for this host meanwhile"
+        return False
+
+
+# ---------------------------------------------------------- error translation
+
+
+_PERMANENT_SFTP = (
+    asyncssh.constants.FX_NO_SUCH_FILE,
+    asyncssh.constants.FX_PERMISSION_DENIED,
+    asyncssh.constants.FX_NO_SUCH_PATH,
+    asyncssh.constants.FX_NOT_A_DIRECTORY,
+    asyncssh.constants.FX_FILE_IS_A_DIRECTORY,
+    asyncssh.constants.FX_WRITE_PROTECT,
+    asyncssh.constants.FX_NO_SPACE_ON_FILESYSTEM,
+    asyncssh.constants.FX_QUOTA_EXCEEDED,
+)
+
+
+@contextlib.contextmanager
+def _ssh_errors(
+    host: str, action: str, secrets: Sequence[str] = (), client: _PolicyClient | None = None
+) -> Iterator[None]:
+    """Translate asyncssh and socket errors into the executor's error tree."""
+    try:
+        yield
+    except LccnError:
+        raise
+    except asyncssh.HostKeyNotVerifiable as exc:
+        reason = client.reason if client is not None and client.reason else exc.reason
+        raise _error(HostKeyRejected, f"{action} {host}: {reason}", host) from exc
+    except asyncssh.PermissionDenied as exc:
+        raise _error(
+            AuthenticationFailed,
+            f"{action} {host}: authentication refused ({_mask(exc.reason, secrets)})",
+            host,
+        ) from exc
+    except asyncssh.SFTPError as exc:
+        cls: type[SshError] = SftpFailed if exc.code in _PERMANENT_SFTP else SshConnectionLost
+        raise _error(cls, f"{action} {host}: SFTP: {_mask(exc.reason, secrets)}", host) from exc
+    except (asyncssh.ChannelOpenError, asyncssh.ConnectionLost, asyncssh.DisconnectError) as exc:
+        raise _error(
+            SshConnectionLost, f"{action} {host}: {_mask(str(exc), secrets)}", host
+        ) from exc
+    except TimeoutError as exc:
+        raise _error(SshConnectError, f"{action} {host}: timed out", host) from exc
+    except OSError as exc:  # refused, unreachable, DNS, reset
+        # asyncio's connect errors carry "Connect call failed (...)" as strerror.
+        reason = os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
+        raise _error(SshConnectError, f"{action} {host}: {reason}", host) from exc
+    except asyncssh.Error as exc:
+        raise _error(
+            SshConnectionLost, f"{action} {host}: {_mask(str(exc), secrets)}", host
+        ) from exc
+
+
+# ------------------------------------------------------------------- the pool
+
+
+class _Tail:
+    """Keeps the last ``limit`` bytes of a stream."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.truncated = False
+
+    def add(self, chunk: bytes) -> None:
+        self.buf += chunk
+        if len(self.buf) > self.limit:
+            del self.buf[: len(self.buf) - self.limit]
+            self.truncated = True
+
+    def text(self) -> str:
+        return self.buf.decode("utf-8", errors="replace")
+
+
+async def _drain(stream: asyncssh.SSHReader[bytes], tail: _Tail) -> None:
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return
+        tail.add(chunk)
+
+
+@dataclass
+class _Host:
+    lock: asyncio.Lock
+    sessions: asyncio.Semaphore
+    conn: asyncssh.SSHClientConnection | None = None
+
+
+class SshPool:
+    """The asyncssh-backed :class:`SshExecutor`: one reused connection per target.
+
+    Use as ``async with SshPool(settings.ssh) as pool:`` or call
+    :meth:`start` / :meth:`stop`. A connection is opened on first use and kept;
+    a broken one is replaced on the next call. At most
+    ``max_sessions_per_host`` commands or uploads run at once per connection.
+
+    Attributes:
+        connects: how many connections were opened (for observability/tests).
+    """
+
+    def __init__(self, settings: SshSettings, *, known_hosts: KnownHosts | None = None) -> None:
+        self._settings = settings
+        self._policy = HostKeyPolicy(settings.host_key_policy)
+        self._known_hosts = known_hosts or KnownHosts(settings.resolved_known_hosts())
+        self._hosts: dict[tuple[str, int, str], _Host] = {}
+        self._state = PoolState.UNOPENED
+        self.connects = 0
+
+    @property
+    def state(self) -> PoolState:
+        return self._state
+
+    @property
+    def known_hosts(self) -> KnownHosts:
+        return self._known_hosts
+
+    async def start(self) -> None:
+        """Open the pool (connections open lazily).
+
+        Raises:
+            RuntimeError: started twice, or after :meth:`stop`.
+        """
+        if self._state is not PoolState.UNOPENED:
+            raise RuntimeError(f"SshPool cannot start: it is {self._state.value}")
+        self._state = PoolState.OPENED
+
+    async def stop(self) -> None:
+        """Close every connection; idempotent. Running commands fail as connection lost."""
+        if self._state is PoolState.CLOSED:
+            return
+        self._state = PoolState.CLOSED
+        conns = [h.conn for h in self._hosts.values() if h.conn is not None]
+        for host in self._hosts.values():
+            host.conn = None
+        for conn in reversed(conns):
+            conn.close()
+        for conn in reversed(conns):
+            with contextlib.suppress(Exception):
+                await conn.wait_closed()
+
+    async def __aenter__(self) -> SshPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) is PoolState.OPENED:
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
+
+    def __repr__(self) -> str:
+        return f"<SshPool {self._state.value} hosts={len(self._hosts)}>"
+
+    # -- connections
+
+    def _port(self, target: SshTarget) -> int:
+        return target.port or self._settings.port
+
+    def _entry(self, target: SshTarget) -> _Host:
+        if self._state is not PoolState.OPENED:
+            raise RuntimeError(f"SshPool is {self._state.value}: start() it first")
+        key = (target.host, self._port(target), target.username)
+        entry = self._hosts.get(key)
+        if entry is None:
+            entry = _Host(
+                lock=asyncio.Lock(),
+                sessions=asyncio.Semaphore(self._settings.max_sessions_per_host),
+            )
+            self._hosts[key] = entry
+        return entry
+
+    async def _connection(self, target: SshTarget, entry: _Host) -> asyncssh.SSHClientConnection:
+        async with entry.lock:
+            if entry.conn is not None and not entry.conn.is_closed():
+                return entry.conn
+            entry.conn = None
+            conn = await self._connect(target)
+            if self._state is not PoolState.OPENED:  # stopped while we connected
+                conn.close()
+                raise RuntimeError("SshPool was stopped")
+            entry.conn = conn
+            self.connects += 1
+            return conn
+
+    async def _connect(self, target: SshTarget) -> asyncssh.SSHClientConnection:
+        port = self._port(target)
+        host = target.describe(self._settings.port)
+        password = target.password.get_secret_value() if target.password else None
+        keys = [str(p) for p in (*target.client_keys, *self._settings.client_keys)]
+        client = _PolicyClient(self._known_hosts, self._policy, port, target.known_hosts)
+        started = time.monotonic()
+        with _ssh_errors(host, "cannot connect to", [password or ""], client):
+            async with asyncio.timeout(self._settings.connect_timeout):
+                conn, _ = await asyncssh.create_connection(
+                    lambda: client,
+                    target.host,
+                    port,
+                    username=target.username,
+                    password=password,
+                    client_keys=keys,
+                    ignore_encrypted=True,
+                    agent_path=None,
+                    config=None,
+                    known_hosts=self._known_hosts.load(target.known_hosts),
+                    connect_timeout=self._settings.connect_timeout,
+                    login_timeout=self._settings.connect_timeout,
+                    keepalive_interval=self._settings.keepalive_interval or None,
+                    keepalive_count_max=3,
+                )
+        log.debug("ssh connected to %s in %.3fs", host, time.monotonic() - started)
+        return conn
+
+    # -- the executor
+
+    def _wrap(
+        self,
+        target: SshTarget,
+        command: str,
+        sudo: bool,
+        env: Mapping[str, str] | None,
+        limit: float,
+    ) -> tuple[str, bytes]:
+        """The command line sent to sshd, and what goes to stdin before the input.
+
+        The command runs under ``timeout`` on the remote side too: closing the
+        channel does not stop a command (no PTY, no SIGHUP), so without it a
+        timed-out ``kubeadm join`` would run on. ``timeout`` signals the whole
+        process group, background jobs included, a second after our deadline.
+        """
+        prefix = ""
+        for name, value in (env or {}).items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"invalid environment variable name {name!r}")
+            prefix += f"export {name}={shlex.quote(value)}; "
+        shell = self._settings.remote_shell
+        inner = f"timeout -k 5 {limit + 1:g} {shell} -c {shlex.quote(prefix + command)}"
+        if not sudo or target.username == "root":
+            return inner, b""
+        if target.password is not None:
+            # The first stdin line is the password: a wrapper shell reads exactly
+            # that line and hands it to `sudo -v` through a pipe, so it never
+            # reaches the command, whether sudo asks for it or not (NOPASSWD).
+            # No `exec`: without a TTY sudo's ticket belongs to the parent process.
+            password = target.password.get_secret_value()
+            validate = 'IFS= read -r p; printf "%s\\n" "$p" | sudo -S -p "" -v && sudo -n -- '
+            return f"{shell} -c {shlex.quote(validate + inner)}", (password + "\n").encode()
+        return f"sudo -n -- {inner}", b""
+
+    async def run(
+        self,
+        target: SshTarget,
+        command: str,
+        *,
+        command_timeout: float | None = None,
+        sudo: bool = False,
+        input: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> CommandResult:
+        """Run ``command`` (a shell command line) on ``target``.
+
+        Arguments:
+            target: where and as whom.
+            command: a shell command line, run by ``remote_shell -c``; quote
+                arguments yourself.
+            command_timeout: seconds before the command is abandoned (its
+                channel closed); default ``command_timeout`` from the settings.
+            sudo: run as root via sudo (``-S`` with the target's password,
+                else ``-n``); no-op for root.
+            input: sent to the command's stdin, then EOF.
+            env: exported before the command (inside sudo).
+            secrets: literal strings to mask wherever the command or its
+                output are shown (tokens, keys passed as arguments).
+
+        Returns:
+            The result, whatever the exit status: call ``.check()`` to require 0.
+
+        Raises:
+            SshConnectError, SshConnectionLost, CommandTimeout: transient.
+            HostKeyRejected, AuthenticationFailed: permanent.
+            RuntimeError: the pool is not open.
+        """
+        entry = self._entry(target)
+        host = target.describe(self._settings.port)
+        limit = command_timeout if command_timeout is not None else self._settings.command_timeout
+        full, stdin = self._wrap(target, command, sudo, env, limit)
+        if input is not None:
+            stdin += input.encode() if isinstance(input, str) else input
+        masks = (*secrets, target.password.get_secret_value() if target.password else "")
+        shown = _mask(command, masks)
+        conn = await self._connection(target, entry)
+        out, err = _Tail(self._settings.max_output_bytes), _Tail(self._settings.max_output_bytes)
+        started = time.monotonic()
+        async with entry.sessions:
+            with _ssh_errors(host, "running a command on", masks):
+                process = await conn.create_process(full, encoding=None)
+                try:
+                    async with asyncio.timeout(limit):
+                        if stdin:
+                            process.stdin.write(stdin)
+                        process.stdin.write_eof()
+                        await asyncio.gather(
+                            _drain(process.stdout, out), _drain(process.stderr, err)
+                        )
+                        await process.wait_closed()
+                except TimeoutError:
+                    partial = self._result(host, shown, None, None, out, err, started, masks)
+                    raise _error(
+                        CommandTimeout,
+                        f"{shown!r} on {host} timed out after {limit:g}s",
+                        host,
+                        result=partial,
+                    ) from None
+                finally:
+                    # Ends the session; on a timeout the remote `timeout` stops the command.
+                    process.close()
+        signal = process.exit_signal[0] if process.exit_signal else None
+        result = self._result(host, shown, process.exit_status, signal, out, err, started, masks)
+        log.debug(
+            "ssh %s: %r -> %s in %.3fs",
+            host,
+            shown,
+            result.exit_status if signal is None else f"signal {signal}",
+            result.duration,
+        )
+        return result
+
+    @staticmethod
+    def _result(
+        host: str,
+        shown: str,
+        status: int | None,
+        signal: str | None,
+        out: _Tail,
+        err: _Tail,
+        started: float,
+        masks: Sequence[str],
+    ) -> CommandResult:
+        return CommandResult(
+            host=host,
+            command=shown,
+            exit_status=status,
+            exit_signal=signal,
+            stdout=out.text(),
+            stderr=err.text(),
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            duration=time.monotonic() - started,
+            secrets=tuple(m for m in masks if m),
+        )
+
+    async def upload(
+        self,
+        target: SshTarget,
+        source: bytes | str | Path,
+        remote_path: str,
+        *,
+        mode: int = 0o644,
+        upload_timeout: float | None = None,
+    ) -> None:
+        """Write ``source`` (bytes, text, or a local file) to ``remote_path`` over SFTP.
+
+        The file is written as the login user (upload to /tmp and ``sudo mv``
+        for root-owned places), then chmod'ed to ``mode``.
+
+        Raises:
+            SftpFailed: the remote side refused (no such directory, permission).
+            SshConnectError, SshConnectionLost: transient; a timeout is
+                ``SshConnectionLost`` too.
+            HostKeyRejected, AuthenticationFailed: permanent.
+        """
+        if isinstance(source, Path):
+            data = await asyncio.to_thread(source.read_bytes)
+        else:
+            data = source if isinstance(source, bytes) else bytes(source, "utf-8")
+        entry = self._entry(target)
+        host = target.describe(self._settings.port)
+        limit = upload_timeout if upload_timeout is not None else self._settings.command_timeout
+        conn = await self._connection(target, entry)
+        async with entry.sessions:
+            with _ssh_errors(host, f"uploading {remote_path} to", ()):
+                try:
+                    async with asyncio.timeout(limit), conn.start_sftp_client() as sftp:
+                        async with sftp.open(remote_path, "wb") as fh:
+                            await fh.write(data)
+                        await sftp.chmod(remote_path, mode)
+                except TimeoutError as exc:
+                    raise _error(
+                        SshConnectionLost, f"uploading {remote_path} to {host} timed out", host
+                    ) from exc
+        log.debug("ssh %s: uploaded %d bytes to %s", host, len(data), remote_path)

@@ -1,0 +1,163 @@
+"""Database access for the store: synchronous operations, run off the event loop.
+
+Every read and write of the store is a plain function of a SQLAlchemy
+``Connection``. Where it runs depends on the backend:
+
+* SQLite (embedded default): a synchronous engine. Writes run on one
+  dedicated writer thread (SQLite has a single writer anyway), a whole
+  group-commit batch per thread hop; reads run on a small thread pool with
+  their own connections (WAL: readers never wait for the writer). Going
+  through aiosqlite instead costs a thread hop per statement, which made
+  batches slow enough to dominate ingest latency.
+* PostgreSQL: the asyncpg engine, each batch or read through
+  ``AsyncConnection.run_sync``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from subscriber.config import DatabaseSettings
+
+__all__ = ["Database", "is_sqlite"]
+
+T = TypeVar("T")
+SyncOp = Callable[[Connection], Any]
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _sync_sqlite_url(url: str) -> str:
+    return str(make_url(url).set(drivername="sqlite"))
+
+
+def _sqlite_file(url: str) -> Path | None:
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+class Database:
+    """Runs store operations: ``await db.read(fn)``, ``await db.write_batch([op, ...])``."""
+
+    def __init__(self, settings: DatabaseSettings, *, read_threads: int = 4) -> None:
+        self.url = settings.resolved_url()
+        self.is_sqlite = is_sqlite(self.url)
+        self.dialect_name = "sqlite" if self.is_sqlite else make_url(self.url).get_backend_name()
+        self._async: AsyncEngine | None = None
+        self._write_engine: Engine | None = None
+        self._read_engine: Engine | None = None
+        self._writer_thread: ThreadPoolExecutor | None = None
+        self._readers: ThreadPoolExecutor | None = None
+        if self.is_sqlite:
+            path = _sqlite_file(self.url)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            self._write_engine = self._sqlite_engine(settings, immediate=True, pool_size=1)
+            self._read_engine = self._sqlite_engine(
+                settings, immediate=False, pool_size=read_threads
+            )
+            self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="lccn-db-writer")
+            self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="lccn-db-reader")
+        else:
+            self._async = create_async_engine(
+                self.url, pool_pre_ping=True, pool_size=10, max_overflow=10
+            )
+
+    def _sqlite_engine(
+        self, settings: DatabaseSettings, *, immediate: bool, pool_size: int
+    ) -> Engine:
+        engine = sa.create_engine(
+            _sync_sqlite_url(self.url),
+            pool_size=pool_size,
+            max_overflow=0,
+            connect_args={"timeout": settings.busy_timeout, "check_same_thread": False},
+        )
+        busy_ms = int(settings.busy_timeout * 1000)
+        synchronous = settings.sqlite_synchronous
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Take transaction control from the driver so "begin" below decides.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
+            cur.execute(f"PRAGMA busy_timeout={busy_ms}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            # IMMEDIATE: take the write lock at BEGIN, never upgrade later
+            # (a deferred upgrade can fail at once with SQLITE_BUSY).
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+    # -- running operations ----------------------------------------------------
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in a read transaction and return its result."""
+        if self._async is not None:
+            async with self._async.connect() as conn:
+                return await conn.run_sync(fn)
+        assert self._read_engine is not None
+        engine = self._read_engine
+
+        def run() -> T:
+            with engine.connect() as conn:
+                return fn(conn)
+
+        return await asyncio.get_running_loop().run_in_executor(self._readers, run)
+
+    async def write_batch(self, ops: Sequence[SyncOp]) -> list[Any]:
+        """Run ``ops`` in one transaction, commit once, return their results.
+
+        An exception from any op rolls the whole batch back and propagates.
+        """
+        if self._async is not None:
+            async with self._async.begin() as conn:
+                return await conn.run_sync(functools.partial(_run_all, ops))
+        assert self._write_engine is not None
+        engine = self._write_engine
+
+        def run() -> list[Any]:
+            with engine.begin() as conn:
+                return _run_all(ops, conn)
+
+        return await asyncio.get_running_loop().run_in_executor(self._writer_thread, run)
+
+    async def run_sync_migration(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in a write transaction (schema migrations)."""
+        results = await self.write_batch([fn])
+        result: T = results[0]
+        return result
+
+    async def dispose(self) -> None:
+        """Close every connection and thread (idempotent)."""
+        if self._async is not None:
+            await self._async.dispose()
+        for engine in (self._write_engine, self._read_engine):
+            if engine is not None:
+                engine.dispose()
+        for pool in (self._writer_thread, self._readers):
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._writer_thread = self._readers = None
+
+
+def _run_all(ops: Sequence[SyncOp], conn: Connection) -> list[Any]:
+    return [op(conn) for op in ops]

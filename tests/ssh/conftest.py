@@ -1,0 +1,78 @@
+"""Real sshd hosts for the ``ssh`` tier: one bed of network namespaces per session.
+
+The bed is created once per test session (about a second) with names unique to
+the run, so parallel runs do not clash, and removed at the end, whatever
+happened. Tests that build clusters call :func:`testhosts.reset_cluster` first.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from subscriber.config import SshSettings
+from subscriber.ssh import SshPool, SshTarget
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+HOSTS = 5  # enough for the HA cluster: 3 masters + 2 workers
+
+
+def _load_testhosts() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("testhosts", SCRIPTS / "testhosts.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["testhosts"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+testhosts = _load_testhosts()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.ssh)
+
+
+@pytest.fixture(scope="session")
+def bed() -> Iterator[Any]:
+    """The session's test hosts (``testhosts.TestBed``)."""
+    if os.geteuid() != 0:
+        pytest.fail("the ssh tier needs root (network namespaces); run scripts/test.sh as root")
+    if not Path(testhosts.SSHD).exists() or shutil.which("unshare") is None:
+        pytest.fail("sshd missing: run scripts/setup.d/10-sshd.sh (scripts/test.sh does)")
+    test_bed = testhosts.create(HOSTS, password=True)
+    try:
+        yield test_bed
+    finally:
+        testhosts.destroy(test_bed)
+
+
+@pytest.fixture
+def ssh_settings(bed: Any) -> SshSettings:
+    return SshSettings(
+        known_hosts=bed.known_hosts,
+        client_keys=(bed.client_key,),
+        connect_timeout=5.0,
+        command_timeout=30.0,
+    )
+
+
+@pytest.fixture
+async def pool(ssh_settings: SshSettings) -> AsyncIterator[SshPool]:
+    async with SshPool(ssh_settings) as ssh_pool:
+        yield ssh_pool
+
+
+def root_target(bed: Any, index: int = 0) -> SshTarget:
+    return SshTarget(host=bed.hosts[index].address, username="root")

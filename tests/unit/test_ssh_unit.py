@@ -1,0 +1,153 @@
+"""The SSH executor without sshd: the Protocol seam, results, wrapping, lifecycle."""
+
+from __future__ import annotations
+
+import gc
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from subscriber.config import SshSettings
+from subscriber.errors import PermanentStepError, TransientStepError
+from subscriber.ssh import (
+    AuthenticationFailed,
+    CommandFailed,
+    CommandResult,
+    CommandTimeout,
+    HostKeyRejected,
+    SftpFailed,
+    SshConnectError,
+    SshConnectionLost,
+    SshExecutor,
+    SshPool,
+    SshTarget,
+    run_checked,
+)
+
+
+class FakeExecutor:
+    """What a handler's unit test injects: scripted results, recorded calls."""
+
+    def __init__(self, results: Mapping[str, CommandResult]) -> None:
+        self.results = results
+        self.calls: list[tuple[str, str]] = []
+
+    async def run(
+        self,
+        target: SshTarget,
+        command: str,
+        *,
+        command_timeout: float | None = None,
+        sudo: bool = False,
+        input: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> CommandResult:
+        self.calls.append((target.host, command))
+        return self.results[command]
+
+    async def upload(
+        self,
+        target: SshTarget,
+        source: bytes | str | Path,
+        remote_path: str,
+        *,
+        mode: int = 0o644,
+        upload_timeout: float | None = None,
+    ) -> None:
+        self.calls.append((target.host, f"upload {remote_path}"))
+
+
+def result(status: int, stdout: str = "", stderr: str = "", **kw: object) -> CommandResult:
+    return CommandResult(
+        host="root@h:22",
+        command="cmd",
+        exit_status=status,
+        stdout=stdout,
+        stderr=stderr,
+        duration=0.1,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_fake_executor_fits_the_protocol() -> None:
+    fake = FakeExecutor({"ok": result(0, "fine"), "bad": result(1, stderr="nope")})
+    assert isinstance(fake, SshExecutor)
+    target = SshTarget(host="10.0.0.1")
+    assert (await run_checked(fake, target, "ok")).stdout == "fine"
+    with pytest.raises(CommandFailed, match="nope"):
+        await run_checked(fake, target, "bad", step="join")
+    assert fake.calls == [("10.0.0.1", "ok"), ("10.0.0.1", "bad")]
+
+
+def test_check_masks_secrets_and_names_the_signal() -> None:
+    token = "abc.defghijk0123456"
+    failed = result(2, stderr=f"token {token} rejected", secrets=(token,))
+    with pytest.raises(CommandFailed) as info:
+        failed.check(step="join")
+    assert "abc.defghijk" not in str(info.value) and "exit 2" in str(info.value)
+    assert info.value.result is failed and info.value.step == "join"
+    by_signal = CommandResult(
+        host="h",
+        command="c",
+        exit_status=None,
+        stdout="",
+        stderr="",
+        duration=0,
+        exit_signal="TERM",
+    )
+    with pytest.raises(CommandFailed, match="signal TERM"):
+        by_signal.check()
+
+
+def test_error_classes() -> None:
+    for cls in (SshConnectError, SshConnectionLost, CommandTimeout):
+        assert issubclass(cls, TransientStepError) and cls.retriable
+    for cls in (HostKeyRejected, AuthenticationFailed, SftpFailed, CommandFailed):
+        assert issubclass(cls, PermanentStepError) and not cls.retriable
+
+
+def test_wrap_runs_under_remote_timeout_and_sudo() -> None:
+    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent")))
+    root = SshTarget(host="h")
+    line, stdin = pool._wrap(root, "echo hi", sudo=True, env={"A": "1 2"}, limit=10)
+    assert stdin == b""
+    assert line == "timeout -k 5 11 bash -c " + shlex.quote("export A='1 2'; echo hi")
+    keyed = SshTarget(host="h", username="ubuntu")
+    line, stdin = pool._wrap(keyed, "id", sudo=True, env=None, limit=5)
+    assert line.startswith("sudo -n -- timeout -k 5 6 bash -c") and stdin == b""
+    pw = SshTarget(host="h", username="ubuntu", password=SecretStr("pa ss"))
+    line, stdin = pool._wrap(pw, "id", sudo=True, env=None, limit=5)
+    assert stdin == b"pa ss\n" and "pa ss" not in line
+    assert "sudo -S" in line and "sudo -n -- timeout" in line
+    line, stdin = pool._wrap(pw, "id", sudo=False, env=None, limit=5)
+    assert stdin == b"" and "sudo" not in line
+
+
+async def test_lifecycle_without_network() -> None:
+    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent")))
+    with pytest.raises(RuntimeError, match="start"):
+        await pool.run(SshTarget(host="h"), "true")
+    async with pool:
+        with pytest.raises(RuntimeError, match="cannot start"):
+            await pool.start()
+    with pytest.raises(RuntimeError, match="closed"):
+        await pool.upload(SshTarget(host="h"), b"", "/tmp/x")
+
+
+async def test_unstopped_pool_warns() -> None:
+    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent")))
+    await pool.start()
+    with pytest.warns(ResourceWarning, match="unclosed"):
+        del pool
+        gc.collect()
+
+
+def test_target_identity_ignores_secrets() -> None:
+    a = SshTarget(host="h", username="u", password=SecretStr("x"))
+    b = SshTarget(host="h", username="u", password=SecretStr("y"))
+    assert a == b and "x" not in repr(a)
+    assert a.describe() == "u@h:22"
