@@ -23,7 +23,15 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import tacker_bed  # noqa: E402
 
-__all__ = ["CallbackRecorder", "ServeProcess", "TackerClient", "wait_for"]
+__all__ = [
+    "CallbackRecorder",
+    "ServeProcess",
+    "TackerClient",
+    "ext_virtual_links",
+    "k8s_params",
+    "unique_name",
+    "wait_for",
+]
 
 TERMINAL_STATES = {"COMPLETED", "FAILED_TEMP", "FAILED", "ROLLED_BACK"}
 
