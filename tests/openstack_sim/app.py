@@ -31,6 +31,7 @@ as 2.79); real asynchrony (stack operations are complete when the call returns).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import json
 import re
@@ -46,6 +47,10 @@ from .heat import AddressPool, HeatEngine, HeatError, Stack
 
 __all__ = ["Fault", "OpenStackSim", "SimConfig", "vim_connection_info"]
 
+# A matched ``stack_failure`` fault, for the handler of the same request (same task).
+_STACK_FAILURE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "stack_failure", default=None
+)
 _STACK_SUBPATHS = {"resources", "template", "files", "events", "outputs", "environment", "actions"}
 
 
@@ -248,6 +253,7 @@ class OpenStackSim:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         service, rest = self._service_of(request.path)
+        _STACK_FAILURE.set(None)
         if service == "control":
             return await handler(request)
         self.calls.append(
@@ -268,7 +274,7 @@ class OpenStackSim:
             if fault.delay:
                 await asyncio.sleep(fault.delay)
             if fault.stack_failure is not None:
-                request["stack_failure"] = fault.stack_failure
+                _STACK_FAILURE.set(fault.stack_failure)
                 break
             if fault.status is not None:
                 body = fault.body or {
@@ -498,7 +504,7 @@ class OpenStackSim:
             return _heat_error(400, "Bad Request", "stack_name and template are required")
         if any(s.name == name for s in self.engine.top_level()):
             return _heat_error(409, "Conflict", f"The Stack ({name}) already exists.")
-        failure = request.get("stack_failure")
+        failure = _STACK_FAILURE.get()
         try:
             stack = self.engine.create_stack(
                 name,
@@ -558,7 +564,7 @@ class OpenStackSim:
 
     async def _update(self, request: web.Request, stack: Stack, *, existing: bool) -> web.Response:
         body = await request.json()
-        failure = request.get("stack_failure")
+        failure = _STACK_FAILURE.get()
         if failure is not None:
             stack.updated_time = self.engine._stamp()
             stack.status, stack.status_reason = "UPDATE_FAILED", failure

@@ -16,7 +16,13 @@ import pytest
 from openstack import connection
 
 from tests.openstack_sim.process import SimProcess
-from tests.tacker.helpers import CallbackRecorder, ServeProcess, TackerClient, tacker_bed
+from tests.tacker.helpers import (
+    LOCK_WAITS,
+    CallbackRecorder,
+    ServeProcess,
+    TackerClient,
+    tacker_bed,
+)
 
 # Our sample network (a Neutron net id as Tacker would pass it through to Heat).
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
@@ -96,3 +102,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _timings:
         parts = ", ".join(f"{k} {v} s" for k, v in _timings.items())
         terminalreporter.write_line(f"tacker bed: {parts}")
+    if LOCK_WAITS:
+        terminalreporter.write_line(
+            f"tacker bed: DELETE after TERMINATE waited on 409 up to {max(LOCK_WAITS):.2f} s "
+            f"({sum(w > 0 for w in LOCK_WAITS)} of {len(LOCK_WAITS)} deletes got 409 first)"
+        )

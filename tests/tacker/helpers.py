@@ -33,6 +33,8 @@ __all__ = [
     "wait_for",
 ]
 
+# Seconds each DELETE after TERMINATE waited on 409 (Tacker's lock outlives COMPLETED).
+LOCK_WAITS: list[float] = []
 TERMINAL_STATES = {"COMPLETED", "FAILED_TEMP", "FAILED", "ROLLED_BACK"}
 
 
@@ -55,7 +57,6 @@ class TackerClient:
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
-        self.lock_waits: list[float] = []  # seconds DELETE waited on 409 (a finding)
 
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, dict, Any]:
         return tacker_bed.request(method, f"{self.url}{path}", body, **kw)
@@ -82,14 +83,17 @@ class TackerClient:
         """DELETE the instance, retrying 409: Tacker still holds the instance's lock for a
         moment after the last op-occ reads COMPLETED."""
         t0 = time.monotonic()
+        conflicts = 0
 
         def attempt() -> bool:
+            nonlocal conflicts
             status, _, body = self.call("DELETE", f"/vnflcm/v2/vnf_instances/{inst_id}")
             assert status in (204, 409), f"DELETE {inst_id}: {status} {body}"
+            conflicts += status == 409
             return status == 204
 
         wait_for(attempt, timeout=timeout, interval=0.2, what=f"DELETE {inst_id}")
-        self.lock_waits.append(time.monotonic() - t0)
+        LOCK_WAITS.append(time.monotonic() - t0 if conflicts else 0.0)
 
     def show(self, inst_id: str) -> dict[str, Any]:
         return self._ok(200, "GET", f"/vnflcm/v2/vnf_instances/{inst_id}")[1]  # type: ignore[no-any-return]

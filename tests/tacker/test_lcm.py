@@ -335,6 +335,32 @@ def test_injected_heat_failure_gives_failed_temp_and_the_store_records_it(
     lcm.tacker.delete(inst_id)
 
 
+def test_heat_503_during_scale_out_gives_failed_temp_then_rollback(
+    lcm: LcmDriver, sim: SimProcess
+) -> None:
+    inst_id, _ = lcm.instantiate("simple")
+    before = {v["id"] for v in lcm.vnfcs(inst_id, "workerNode")}
+    # Heat answers the stack update (PATCH stacks/{name}/{id}) with 503, once.
+    with sim.control.fault(
+        service="orchestration",
+        method="PATCH",
+        path=r"/stacks/vnf-[^/]+/[^/]+$",
+        status=503,
+        times=1,
+    ):
+        occ = lcm.tacker.run_op(
+            inst_id, "scale", {"type": "SCALE_OUT", "aspectId": "workerNode_scale"}
+        )
+    assert occ["operationState"] == "FAILED_TEMP", occ
+    lcm.rec.wait(vnfLcmOpOccId=occ["id"], operationState="FAILED_TEMP")
+
+    status, _, body = lcm.tacker.call("POST", f"/vnflcm/v2/vnf_lcm_op_occs/{occ['id']}/rollback")
+    assert status == 202, body
+    lcm.rec.wait(vnfLcmOpOccId=occ["id"], operationState="ROLLED_BACK")
+    assert {v["id"] for v in lcm.vnfcs(inst_id, "workerNode")} == before
+    lcm.terminate_and_delete(inst_id)
+
+
 def _key(n: dict[str, Any]) -> tuple[str | None, ...]:
     if n.get("vnfLcmOpOccId"):
         return (n["vnfLcmOpOccId"], n["operationState"], n["notificationStatus"])
@@ -342,11 +368,15 @@ def _key(n: dict[str, Any]) -> tuple[str | None, ...]:
 
 
 def test_zz_serve_stored_every_notification_tacker_sent(
-    tacker: TackerClient, recorder: CallbackRecorder, serve: ServeProcess
+    lcm: LcmDriver, tacker: TackerClient, recorder: CallbackRecorder, serve: ServeProcess
 ) -> None:
-    """Runs last (file order): everything the session's operations made Tacker send."""
+    """Runs last (file order): everything the session's operations made Tacker send,
+    including one lifecycle of its own (so it means something when run alone)."""
+    inst_id, _ = lcm.instantiate("simple")
+    lcm.terminate_and_delete(inst_id)
+    recorder.wait(notificationType="VnfIdentifierDeletionNotification", vnfInstanceId=inst_id)
     occs = tacker.op_occs()
-    assert occs, "no operations ran in this session"
+    assert {o["vnfInstanceId"] for o in occs} >= {inst_id}
     # Tacker sends from a thread per notification: wait until the final one of every
     # op-occ has reached the recorder before taking the reference set.
     for occ in occs:
