@@ -23,7 +23,10 @@ either answers with a status code (after an optional delay) or, with ``stack_fai
 lets a stack create/update be accepted and end in ``*_FAILED`` with that reason (what a
 real Heat does when a server cannot be built).
 
-Left out: Neutron, Cinder and Placement APIs; token expiry and revocation; policy and
+Every call is logged (``/_sim/calls``: method, path, status, whether a fault answered).
+
+Left out: Neutron, Cinder and Placement APIs; the 302 from ``GET stacks/{name}`` to
+``stacks/{name}/{id}`` (the stack is answered directly); token expiry and revocation; policy and
 roles; pagination; microversion negotiation (any ``OpenStack-API-Version`` is answered
 as 2.79); real asynchrony (stack operations are complete when the call returns).
 """
@@ -256,15 +259,28 @@ class OpenStackSim:
         _STACK_FAILURE.set(None)
         if service == "control":
             return await handler(request)
-        self.calls.append(
-            {
-                "at": _now(),
-                "service": service,
-                "method": request.method,
-                "path": request.path,
-                "query": request.query_string,
-            }
-        )
+        call: dict[str, Any] = {
+            "at": _now(),
+            "service": service,
+            "method": request.method,
+            "path": request.path,
+            "query": request.query_string,
+            "status": None,
+            "injected": False,
+        }
+        self.calls.append(call)
+        response = await self._answer(request, handler, service, rest, call)
+        call["status"] = response.status
+        return response
+
+    async def _answer(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        service: str,
+        rest: str,
+        call: dict[str, Any],
+    ) -> web.StreamResponse:
         for fault in list(self.faults):
             if not fault.matches(service, request.method, rest):
                 continue
@@ -275,11 +291,13 @@ class OpenStackSim:
                 await asyncio.sleep(fault.delay)
             if fault.stack_failure is not None:
                 _STACK_FAILURE.set(fault.stack_failure)
+                call["injected"] = True
                 break
             if fault.status is not None:
                 body = fault.body or {
                     "error": {"message": f"injected fault {fault.id}", "code": fault.status}
                 }
+                call["injected"] = True
                 return _json(body, fault.status)
             break
         if (

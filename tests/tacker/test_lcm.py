@@ -8,6 +8,7 @@ The last test holds ``serve``'s store against everything Tacker sent in the sess
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -365,6 +366,31 @@ def _key(n: dict[str, Any]) -> tuple[str | None, ...]:
     if n.get("vnfLcmOpOccId"):
         return (n["vnfLcmOpOccId"], n["operationState"], n["notificationStatus"])
     return (n["notificationType"], n["vnfInstanceId"])
+
+
+def test_zz_simulator_answered_every_call_tacker_made(sim: SimProcess) -> None:
+    """Runs late: over the session, no call to the simulator failed unless a test injected
+    the fault or the 404 is the expected one (stack existence checks before a create and
+    while waiting for a delete; a deleted server looked up by a test)."""
+    calls = sim.control.calls()
+    expected_404 = (r"/stacks/vnf-[0-9a-f-]{36}$", r"/compute/v2\.1/servers/[0-9a-f-]{36}$")
+
+    def unexpected(c: dict[str, Any]) -> bool:
+        if c["injected"] or c["status"] < 400:
+            return False
+        return not (
+            c["status"] == 404
+            and c["method"] == "GET"
+            and any(re.search(p, c["path"]) for p in expected_404)
+        )
+
+    assert [c for c in calls if unexpected(c)] == []
+    assert {c["service"] for c in calls} >= {"identity", "orchestration", "image"}
+    # Every Heat call authenticates first (Tacker's Keystone session per call).
+    assert (
+        sum(c["path"].endswith("/auth/tokens") for c in calls)
+        >= sum(c["service"] == "orchestration" for c in calls) // 2
+    )
 
 
 def test_zz_serve_stored_every_notification_tacker_sent(
