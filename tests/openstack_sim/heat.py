@@ -68,7 +68,7 @@ def parse_template(text_or_dict: str | dict[str, Any]) -> dict[str, Any]:
 
 
 class AddressPool:
-    """IPv4 addresses handed out lowest-free-first and returned on delete."""
+    """IPv4 addresses handed out first-free in the order given, and returned on delete."""
 
     def __init__(self, name: str, addresses: Iterable[str]) -> None:
         self.name = name
