@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -55,7 +56,7 @@ def main() -> int:
         print(f"simulated OpenStack  {sim.auth_url}  (servers get {sim.config.server_pool})")
 
         t0 = time.monotonic()
-        bed = tacker_bed.start()
+        bed = tacker_bed.start(owner_pid=os.getpid())
         stack.callback(tacker_bed.stop, bed)
         vnfd_id = tacker_bed.build_and_onboard(bed)
         print(

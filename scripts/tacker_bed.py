@@ -90,6 +90,7 @@ class BedState:
     vnf_package_id: str | None = None
     vnfd_id: str | None = None
     started_in: float = 0.0
+    watchdog_pid: int | None = None
 
     @property
     def url(self) -> str:
@@ -273,8 +274,13 @@ def _ready(state: BedState) -> bool:
     return log.is_file() and _READY_LINE in log.read_text(errors="replace")
 
 
-def start(*, startup_timeout: float = 120.0) -> BedState:
+def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> BedState:
     """Start conductor and server; returns once the v2 API and the conductor are ready.
+
+    Arguments:
+        owner_pid: when given, a watchdog process stops the bed (kills Tacker, drops the
+            database) once that process is gone, so a killed test run leaves nothing
+            running. The CLI ``start`` passes none: its bed lives until ``stop``.
 
     Raises:
         BedError: not installed, a process died, or not ready in time (log tail inside).
@@ -329,6 +335,8 @@ def start(*, startup_timeout: float = 120.0) -> BedState:
                 )
             time.sleep(0.25)
         state.started_in = round(time.monotonic() - t0, 1)
+        if owner_pid is not None:
+            state.watchdog_pid = _start_watchdog(state, owner_pid)
         return state
     except BaseException:
         stop(state)
@@ -355,8 +363,43 @@ def _pid_running(pid: int) -> bool:
     return _alive(pid)
 
 
+def _start_watchdog(state: BedState, owner_pid: int) -> int:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "watch",
+            "--owner",
+            str(owner_pid),
+            "--state-json",
+            json.dumps(asdict(state)),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _CHILDREN[proc.pid] = proc
+    return proc.pid
+
+
+def _watch(owner_pid: int, state: BedState) -> None:
+    """Poll the owner; when it is gone, stop the bed. SIGTERM ends the watch quietly."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while _alive(owner_pid):
+        time.sleep(1.0)
+    state.watchdog_pid = None
+    stop(state)
+
+
 def stop(state: BedState, *, grace: float = 5.0) -> None:
     """Kill both processes (SIGTERM, then SIGKILL after ``grace``), drop the DB; idempotent."""
+    if state.watchdog_pid is not None:  # first, so it does not race this stop
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(state.watchdog_pid, signal.SIGTERM)
+        while _pid_running(state.watchdog_pid):
+            time.sleep(0.05)
+        state.watchdog_pid = None
     for pid in state.pids.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
@@ -437,7 +480,13 @@ def main() -> None:
     s.add_argument("--onboard", action="store_true", help="build + onboard the sample package")
     t = sub.add_parser("stop", help="stop the Tacker of a state file")
     t.add_argument("--state-file", required=True)
+    w = sub.add_parser("watch", help=argparse.SUPPRESS)
+    w.add_argument("--owner", type=int, required=True)
+    w.add_argument("--state-json", required=True)
     args = p.parse_args()
+    if args.cmd == "watch":
+        _watch(args.owner, BedState(**json.loads(args.state_json)))
+        return
     if args.cmd == "start":
         state = start()
         try:

@@ -8,6 +8,7 @@ Skip this tier locally with ``-m "not tacker"``; CI always runs it.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -45,7 +46,7 @@ def bed() -> Iterator[tacker_bed.BedState]:
             "`bash scripts/setup.d/20-tacker.sh` (scripts/test.sh does), "
             'or skip this tier with -m "not tacker"'
         )
-    state = tacker_bed.start()
+    state = tacker_bed.start(owner_pid=os.getpid())  # a killed run leaves nothing behind
     _timings["start to ready"] = state.started_in
     try:
         t0 = time.monotonic()
