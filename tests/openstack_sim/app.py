@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import datetime as dt
-import json
 import re
 import secrets
 import uuid
@@ -46,7 +45,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .heat import AddressPool, HeatEngine, HeatError, Stack
+from .heat import AddressPool, HeatEngine, HeatError, Stack, parse_template
 
 __all__ = ["Fault", "OpenStackSim", "SimConfig", "vim_connection_info"]
 
@@ -171,8 +170,7 @@ class OpenStackSim:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
-        port = sockets[0].getsockname()[1]
+        port = self._runner.addresses[0][1]
         self._url = f"http://{self._host}:{port}"
 
     async def stop(self) -> None:
@@ -868,13 +866,7 @@ def vim_connection_info(
 
 
 def _parse_or_keep(template: Any) -> dict[str, Any]:
-    from .heat import parse_template
-
     try:
         return parse_template(template)
     except (HeatError, ValueError):
         return {}
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True)

@@ -202,6 +202,7 @@ def test_scale_out_then_in(lcm: LcmDriver, sim: SimProcess, openstack_conn: Any)
     ]
     assert len(removed) == 1 and len(lcm.vnfcs(inst_id, "workerNode")) == 2
     gone = removed[0]["computeResource"]["resourceId"]
+    assert gone == new_id  # Tacker removes the newest VNFC first (list order)
     assert openstack_conn.compute.find_server(gone, ignore_missing=True) is None
     assert gone not in _sim_port_ips(sim)
     lcm.terminate_and_delete(inst_id)
