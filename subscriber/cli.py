@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from subscriber.config import ConfigFileError, Settings, load_settings, masked
+from subscriber.kafka_cli import add_kafka_parser
 
 __all__ = ["main"]
 
@@ -196,6 +197,15 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- kafka ---------------------------------------------------------------------
+
+
+def _cmd_kafka(args: argparse.Namespace) -> int:
+    from subscriber.kafka_cli import run_kafka_command
+
+    return asyncio.run(run_kafka_command(args, _settings(args)))
+
+
 # -- parser ----------------------------------------------------------------------
 
 
@@ -238,6 +248,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     cshow = cfg.add_parser("show", parents=[common, db], help="effective config, secrets masked")
     cshow.set_defaults(func=_cmd_config_show)
+
+    kafka = add_kafka_parser(sub, parents=[common])
+    kafka.set_defaults(func=_cmd_kafka)
     return parser
 
 

@@ -11,13 +11,16 @@ Each component receives only its own section. Times are float seconds named
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -29,6 +32,7 @@ __all__ = [
     "DispatchSettings",
     "HandlerSettings",
     "HttpSettings",
+    "KafkaSettings",
     "LogSettings",
     "Settings",
     "SshSettings",
@@ -151,6 +155,110 @@ class SshSettings(_Section):
         )
 
 
+def _string_list(value: Any) -> Any:
+    """Accept ``a,b`` or a JSON array from the environment, a list from a file."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return tuple(json.loads(text))
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    return value
+
+
+class KafkaSettings(_Section):
+    """Kafka ingest: the consumer group that reads notification records.
+
+    Ingest is off while ``bootstrap_servers`` is empty. Environment variables
+    are ``LCCN_KAFKA__<FIELD>``; lists take ``a,b`` or a JSON array.
+    """
+
+    bootstrap_servers: Annotated[tuple[str, ...], NoDecode] = ()
+    topics: Annotated[tuple[str, ...], NoDecode] = ("lccn-notifications",)
+    # A regular expression; when set it replaces ``topics`` for consuming.
+    topic_pattern: str = ""
+    group_id: str = Field(default="lccn-subscriber", min_length=1)
+    client_id: str = "lccn-subscriber"
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str = ""
+    sasl_password: SecretStr = SecretStr("")
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    ssl_key_password: SecretStr = SecretStr("")
+    ssl_check_hostname: bool = True
+
+    # Group membership. A slow store never counts against max_poll_timeout:
+    # the poll loop keeps polling (with partitions paused) while appends wait.
+    session_timeout: float = Field(default=10.0, gt=0)
+    heartbeat_interval: float = Field(default=3.0, gt=0)
+    max_poll_timeout: float = Field(default=300.0, gt=0)
+    request_timeout: float = Field(default=40.0, gt=0)
+    retry_backoff: float = Field(default=0.1, gt=0)
+    max_poll_records: int = Field(default=500, gt=0)
+
+    # Offsets are committed in batches, at most this often.
+    commit_interval: float = Field(default=1.0, gt=0)
+    # Records fetched but not yet stored; above it the partitions are paused.
+    max_in_flight: int = Field(default=4000, gt=0)
+    # While the store fails, appends are retried with this backoff.
+    store_backoff_initial: float = Field(default=0.2, gt=0)
+    store_backoff_max: float = Field(default=10.0, gt=0)
+    # How often the broker is probed, for readiness.
+    health_interval: float = Field(default=2.0, gt=0)
+    # On revocation, how long to wait for in-flight appends before committing.
+    revoke_drain_timeout: float = Field(default=5.0, ge=0)
+    # On stop, how long in-flight appends may finish before they are dropped
+    # (not committed, so redelivered later).
+    graceful_timeout: float = Field(default=10.0, ge=0)
+
+    @field_validator("bootstrap_servers", "topics", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _string_list(value)
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str) -> str:
+        if value:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        if not self.enabled:
+            return self
+        if not self.topics and not self.topic_pattern:
+            raise ValueError("kafka: set 'topics' or 'topic_pattern'")
+        if self.security_protocol.startswith("SASL_"):
+            if self.sasl_mechanism is None:
+                raise ValueError(f"kafka: {self.security_protocol} needs 'sasl_mechanism'")
+            if not self.sasl_username or not self.sasl_password.get_secret_value():
+                raise ValueError("kafka: SASL needs 'sasl_username' and 'sasl_password'")
+        elif self.sasl_mechanism is not None:
+            raise ValueError("kafka: 'sasl_mechanism' needs security_protocol SASL_*")
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ValueError("kafka: 'ssl_keyfile' needs 'ssl_certfile'")
+        if self.heartbeat_interval >= self.session_timeout:
+            raise ValueError("kafka: 'heartbeat_interval' must be below 'session_timeout'")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether Kafka ingest is configured at all."""
+        return bool(self.bootstrap_servers)
+
+    @property
+    def publish_topic(self) -> str:
+        """The default topic ``kafka publish`` writes to (the first of ``topics``)."""
+        return self.topics[0] if self.topics else "lccn-notifications"
+
+
 class LogSettings(_Section):
     format: Literal["json", "text"] = "json"
     level: str = "INFO"
@@ -174,6 +282,7 @@ class Settings(BaseSettings):
     dispatch: DispatchSettings = DispatchSettings()
     handlers: HandlerSettings = HandlerSettings()
     ssh: SshSettings = SshSettings()
+    kafka: KafkaSettings = KafkaSettings()
     log: LogSettings = LogSettings()
 
     @classmethod

@@ -11,6 +11,8 @@ persisted backoff, the rest fail the job (its event stays for replay).
     ├── StoreError                   the event store failed
     │   └── StoreUnavailable         (retriable) database unreachable / locked
     ├── NotificationError            a body is not a valid notification
+    ├── IngestError                  an ingest source failed (Kafka client errors)
+    │   └── BrokerUnavailable        (retriable) no Kafka broker answered
     ├── StepError                    a step of a job failed
     │   ├── TransientStepError       (retriable) SSH connect/timeout, 5xx, 409, broker down
     │   └── PermanentStepError       bad parameters, auth refused, script failed
@@ -24,7 +26,9 @@ Step outcomes that are not failures are separate exceptions in
 from __future__ import annotations
 
 __all__ = [
+    "BrokerUnavailable",
     "ConfigError",
+    "IngestError",
     "LccnError",
     "NotificationError",
     "PermanentStepError",
@@ -84,6 +88,17 @@ class NotificationError(LccnError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class IngestError(LccnError):
+    """An ingest source failed; the foreign error is chained as ``__cause__``."""
+
+    error_class = "ingest"
+
+
+class BrokerUnavailable(IngestError):
+    retriable = True
+    error_class = "broker-unavailable"
 
 
 class StepError(LccnError):

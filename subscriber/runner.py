@@ -24,7 +24,7 @@ from subscriber.errors import LccnError, StepInterrupted
 from subscriber.logs import EventLogAdapter
 from subscriber.redact import redact_text
 from subscriber.store import EventRow, EventStatus, JobStatus, StepStatus, Store
-from subscriber.store.jobs import JobRow, StepRow
+from subscriber.store.jobs import JobRow, StepOutcome, StepRow
 
 __all__ = ["JobOutcome", "Runner", "classify"]
 
@@ -132,7 +132,7 @@ class Runner:
         )
         try:
             plan = await handler.plan(ctx)
-            await self._run_plan(job, plan, ctx, stored_steps)
+            final = await self._run_plan(job, plan, ctx, stored_steps)
         except _StepFailed as failed:
             return await self._record_failure(job, failed.step, failed.failure, adapter)
         except asyncio.CancelledError:
@@ -147,6 +147,7 @@ class Runner:
                 status=JobStatus.DONE,
                 event_status=EventStatus.DONE,
                 attempts=job.attempts,
+                final_step=final,
             )
         )
         adapter.info("job done", extra={"handler": handler.name, "steps": len(plan)})
@@ -154,40 +155,53 @@ class Runner:
 
     async def _run_plan(
         self, job: JobRow, plan: Plan, ctx: JobContext, stored_steps: list[StepRow]
-    ) -> None:
+    ) -> StepOutcome | None:
+        """Run the steps not done yet; return the last step's checkpoint, not yet written.
+
+        The caller writes that one together with the job's outcome (one write
+        fewer per job); every other step is checkpointed as it ends.
+        """
         stored = {s.name: s for s in stored_steps}
+        pending: StepOutcome | None = None
         for idx, step in enumerate(plan):
             row = stored.get(step.name)
             if row is not None and row.status in (StepStatus.DONE, StepStatus.SKIPPED):
                 ctx.results[step.name] = row.result_json()
                 continue
+            if pending is not None:
+                await asyncio.shield(self._store.jobs.step_finished(job.id, pending))
+                pending = None
+            started_at = time.time()
             if row is not None and row.status == StepStatus.RUNNING and not step.idempotent:
                 msg = (
                     f"step {step.name!r} was interrupted while running and is not "
                     "idempotent; its effect is unknown, so it is not run again"
                 )
-                await asyncio.shield(
-                    self._store.jobs.step_finished(job.id, step.name, StepStatus.FAILED, error=msg)
+                outcome = StepOutcome(
+                    idx, step.name, False, StepStatus.FAILED, started_at, error=msg
                 )
+                await asyncio.shield(self._store.jobs.step_finished(job.id, outcome))
                 raise _StepFailed(step.name, _Failure(False, StepInterrupted.error_class, msg))
-            await asyncio.shield(
-                self._store.jobs.step_started(job.id, idx, step.name, step.idempotent)
-            )
-            await self._run_step(job, step, ctx)
+            if not step.idempotent:
+                # Durable before any side effect: after a crash we must know it began.
+                await asyncio.shield(
+                    self._store.jobs.step_started(job.id, idx, step.name, step.idempotent)
+                )
+            pending = await self._run_step(job, idx, step, ctx, started_at)
+        return pending
 
-    async def _run_step(self, job: JobRow, step: Step, ctx: JobContext) -> None:
-        started = time.monotonic()
+    async def _run_step(
+        self, job: JobRow, idx: int, step: Step, ctx: JobContext, started_at: float
+    ) -> StepOutcome:
+        def outcome(status: str, **kw: Any) -> StepOutcome:
+            return StepOutcome(idx, step.name, step.idempotent, status, started_at, **kw)
+
         try:
             result = await asyncio.wait_for(step.run(ctx), step.timeout)
         except SkipStep as skip:
             ctx.results[step.name] = skip.result
-            await asyncio.shield(
-                self._store.jobs.step_finished(
-                    job.id, step.name, StepStatus.SKIPPED, output=skip.reason, result=skip.result
-                )
-            )
             ctx.log.info("step skipped", extra={"step": step.name, "reason": skip.reason})
-            return
+            return outcome(StepStatus.SKIPPED, output=skip.reason, result=skip.result)
         except asyncio.CancelledError:
             # Left "running" on purpose: the next start decides from idempotency.
             raise
@@ -201,26 +215,22 @@ class Runner:
                     f"step timed out after {step.timeout:g}s and is not idempotent; "
                     "its effect is unknown",
                 )
-            await self._step_failed(job, step, failure)
+            await asyncio.shield(
+                self._store.jobs.step_finished(
+                    job.id, outcome(StepStatus.FAILED, error=failure.message)
+                )
+            )
             raise _StepFailed(step.name, failure) from exc
         except Exception as exc:
             failure = classify(exc, step.retry)
-            await self._step_failed(job, step, failure, getattr(exc, "output", None))
+            failed = outcome(
+                StepStatus.FAILED, error=failure.message, output=getattr(exc, "output", None)
+            )
+            await asyncio.shield(self._store.jobs.step_finished(job.id, failed))
             raise _StepFailed(step.name, failure) from exc
         ctx.results[step.name] = result
-        await asyncio.shield(
-            self._store.jobs.step_finished(job.id, step.name, StepStatus.DONE, result=result)
-        )
-        ctx.log.debug("step done", extra={"step": step.name, "seconds": time.monotonic() - started})
-
-    async def _step_failed(
-        self, job: JobRow, step: Step, failure: _Failure, output: str | None = None
-    ) -> None:
-        await asyncio.shield(
-            self._store.jobs.step_finished(
-                job.id, step.name, StepStatus.FAILED, error=failure.message, output=output
-            )
-        )
+        ctx.log.debug("step done", extra={"step": step.name, "seconds": time.time() - started_at})
+        return outcome(StepStatus.DONE, result=result)
 
     async def _record_failure(
         self,

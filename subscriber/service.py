@@ -13,6 +13,7 @@ from handlers import HandlerRegistry, default_registry
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.ingest.http import CallbackIngress, make_app
+from subscriber.ingest.kafka import KafkaSource, build_kafka_source
 from subscriber.runner import Runner
 from subscriber.store import Store
 
@@ -28,7 +29,7 @@ class _State(enum.Enum):
 
 
 class Service:
-    """The whole service; start order store -> dispatcher -> ingress, stop in reverse.
+    """The whole service; start order store -> dispatcher -> ingress (HTTP, Kafka), stop in reverse.
 
     Arguments:
         settings: the effective configuration.
@@ -51,6 +52,8 @@ class Service:
         self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch)
         self.app = make_app(settings.http, self.store.events)
         self.ingress = CallbackIngress(settings.http, self.app)
+        # Only when kafka.bootstrap_servers is configured.
+        self.kafka: KafkaSource | None = build_kafka_source(settings, self.store.events)
         self._state = _State.UNOPENED
 
     @property
@@ -66,6 +69,10 @@ class Service:
             if self.settings.dispatch.enabled:
                 await self.dispatcher.start()
             await self.ingress.start()
+            if self.kafka is not None:
+                # Returns at once; connecting and joining the group go on in
+                # the background (a broker that is down only delays ingest).
+                await self.kafka.start()
         except BaseException:
             await self.stop()
             raise
@@ -75,6 +82,8 @@ class Service:
         if self._state is _State.STOPPED:
             return
         self._state = _State.STOPPED
+        if self.kafka is not None:
+            await self.kafka.stop()
         await self.ingress.stop()
         await self.dispatcher.stop()
         await self.store.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,21 @@ from subscriber.store.database import Database
 from subscriber.store.tables import StepStatus, events, jobs, steps
 from subscriber.store.writer import WriteQueue
 
-__all__ = ["JobRow", "JobStore", "StepRow"]
+__all__ = ["JobRow", "JobStore", "StepOutcome", "StepRow"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """How a step ended, as checkpointed."""
+
+    idx: int
+    name: str
+    idempotent: bool
+    status: str
+    started_at: float
+    error: str | None = None
+    output: str | None = None
+    result: Any = None
 
 
 @dataclass(slots=True)
@@ -142,8 +157,12 @@ class JobStore:
         next_attempt_at: float | None = None,
         error_class: str | None = None,
         last_error: str | None = None,
+        final_step: StepOutcome | None = None,
     ) -> None:
-        """Set a job's outcome and its event's status together."""
+        """Set a job's outcome and its event's status together.
+
+        ``final_step`` checkpoints the job's last step in the same write.
+        """
         now = time.time()
         values: dict[str, Any] = {
             "status": status,
@@ -155,14 +174,19 @@ class JobStore:
         if attempts is not None:
             values["attempts"] = attempts
         detail = values["last_error"]
+        job_stmt = jobs.update().where(jobs.c.id == job_id).values(**values)
+        event_stmt = (
+            events.update()
+            .where(events.c.id == event_id)
+            .values(status=event_status, status_detail=detail, updated_at=now)
+        )
+        step_write = self._step_write(job_id, final_step) if final_step else None
 
         def write(conn: Connection) -> None:
-            conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
-            conn.execute(
-                events.update()
-                .where(events.c.id == event_id)
-                .values(status=event_status, status_detail=detail, updated_at=now)
-            )
+            if step_write is not None:
+                step_write(conn)
+            conn.execute(job_stmt)
+            conn.execute(event_stmt)
 
         await self._writer.run(write)
 
@@ -198,30 +222,44 @@ class JobStore:
 
         await self._writer.run(write)
 
-    async def step_finished(
-        self,
-        job_id: int,
-        name: str,
-        status: str,
-        *,
-        error: str | None = None,
-        output: str | None = None,
-        result: Any = None,
-    ) -> None:
-        """Checkpoint: the step's outcome (``done``, ``skipped`` or ``failed``)."""
-        stmt = (
+    async def step_finished(self, job_id: int, outcome: StepOutcome) -> None:
+        """Checkpoint: a step's outcome (``done``, ``skipped`` or ``failed``)."""
+        await self._writer.run(self._step_write(job_id, outcome))
+
+    @staticmethod
+    def _step_write(job_id: int, outcome: StepOutcome) -> Callable[[Connection], None]:
+        # Idempotent steps get no "running" checkpoint (a crash just re-runs
+        # them), so their row may not exist yet: update, else insert.
+        values = {
+            "status": outcome.status,
+            "finished_at": time.time(),
+            "error": redact_text(outcome.error) if outcome.error else None,
+            "output": redact_text(outcome.output) if outcome.output else None,
+            "result": json.dumps(redact(outcome.result)) if outcome.result is not None else None,
+        }
+        update = (
             steps.update()
-            .where(steps.c.job_id == job_id, steps.c.name == name)
+            .where(steps.c.job_id == job_id, steps.c.name == outcome.name)
             .values(
-                status=status,
-                finished_at=time.time(),
-                error=redact_text(error) if error else None,
-                output=redact_text(output) if output else None,
-                result=json.dumps(redact(result)) if result is not None else None,
+                **values,
+                attempts=sa.case(
+                    (steps.c.status == StepStatus.RUNNING, steps.c.attempts),
+                    else_=steps.c.attempts + 1,
+                ),
             )
+        )
+        insert = steps.insert().values(
+            job_id=job_id,
+            idx=outcome.idx,
+            name=outcome.name,
+            idempotent=outcome.idempotent,
+            attempts=1,
+            started_at=outcome.started_at,
+            **values,
         )
 
         def write(conn: Connection) -> None:
-            conn.execute(stmt)
+            if not conn.execute(update).rowcount:
+                conn.execute(insert)
 
-        await self._writer.run(write)
+        return write

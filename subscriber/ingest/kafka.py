@@ -1,0 +1,617 @@
+"""The Kafka ingest source: consume notification records, store them, commit.
+
+Delivery is at-least-once into the store and exactly-once into a job: a record's
+offset is committed only after it, and every record before it in its partition,
+is durably in the store; redeliveries (and the HTTP copy of the same transition)
+collapse on the store's dedup key.
+
+The poll loop only fetches and hands records to append tasks; it never waits on
+the store. While too many records are in flight (a slow or unavailable store),
+it pauses its partitions and keeps polling, so aiokafka's ``max_poll_interval``
+never expires and the group never rebalances because of us (aiokafka #848).
+Records that are not notifications are stored as poison and committed past.
+
+::
+
+    poll loop ──getmany──> append tasks (one per fetched batch, records in parallel)
+        │                        │ store.append / append_poison, retried with backoff
+        │ pause/resume           v
+        └──────────────── OffsetTracker ──> committer (every commit_interval,
+                                            and before partitions are revoked)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import random
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import ConsumerStoppedError, KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from subscriber.config import KafkaSettings, Settings
+from subscriber.ingest.kafka_client import consumer_options
+from subscriber.ingest.kafka_records import (
+    KafkaRecord,
+    RecordRejected,
+    decode_record,
+    poison_dedup_key,
+    record_meta,
+)
+from subscriber.ingest.offsets import OffsetTracker, Partition, Ticket
+from subscriber.store import AppendResult, NewEvent
+
+__all__ = [
+    "EventSink",
+    "KafkaSource",
+    "KafkaSourceStatus",
+    "SourceState",
+    "build_kafka_source",
+]
+
+log = logging.getLogger(__name__)
+
+# How long one getmany() waits for records; also how quickly the loop notices
+# that it may resume paused partitions or must stop.
+_POLL_TIMEOUT_MS = 200
+
+
+class EventSink(Protocol):
+    """Where the source puts what it reads; :class:`~subscriber.store.EventStore` is one."""
+
+    async def append(self, new: NewEvent) -> AppendResult: ...
+
+    async def append_poison(
+        self,
+        *,
+        source: str,
+        raw: bytes,
+        error: str,
+        dedup_key: str,
+        meta: dict[str, Any] | None = None,
+    ) -> AppendResult: ...
+
+
+class SourceState(enum.Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSourceStatus:
+    """A snapshot for readiness probes, ``kafka status`` and metrics."""
+
+    state: SourceState
+    ready: bool
+    broker_ok: bool
+    store_ok: bool
+    assignment: tuple[tuple[str, int], ...]
+    in_flight: int
+    paused: bool
+    rebalances: int
+    stored: int
+    duplicates: int
+    poison: int
+    last_error: str | None
+    lag: dict[tuple[str, int], int]
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Commits what is stored before partitions go; resets tracking when they come."""
+
+    def __init__(self, source: KafkaSource) -> None:
+        self._source = source
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._source._on_revoked([Partition(tp.topic, tp.partition) for tp in revoked])
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        self._source._on_assigned([Partition(tp.topic, tp.partition) for tp in assigned])
+
+
+class KafkaSource:
+    """Consumes notification records into the event store.
+
+    Usage::
+
+        async with KafkaSource(settings.kafka, store.events) as source:
+            ...  # source.ready, source.lag()
+
+    Arguments:
+        settings: the ``kafka`` section (must have ``bootstrap_servers``).
+        sink: where events go; normally ``store.events``.
+        consumer_factory: builds the aiokafka consumer from keyword options
+            (a seam for tests); defaults to :class:`aiokafka.AIOKafkaConsumer`.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        sink: EventSink,
+        *,
+        consumer_factory: Any = None,
+    ) -> None:
+        if not settings.enabled:
+            raise ValueError("KafkaSource needs kafka.bootstrap_servers")
+        self._settings = settings
+        self._sink = sink
+        self._factory = consumer_factory or AIOKafkaConsumer
+        self._state = SourceState.CREATED
+        self._consumer: Any = None
+        self._tracker = OffsetTracker()
+        self._commit_lock = asyncio.Lock()
+        self._progress = asyncio.Event()
+        self._main: asyncio.Task[None] | None = None
+        self._helpers: list[asyncio.Task[None]] = []
+        self._batches: set[asyncio.Task[None]] = set()
+        self._in_flight = 0
+        self._paused = False
+        self._broker_ok = False
+        self._store_ok = True
+        self._last_error: str | None = None
+        self._logged_errors: set[str] = set()
+        self._rebalances = 0
+        self._stored = 0
+        self._duplicates = 0
+        self._poison = 0
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start consuming in the background.
+
+        Returns at once: connecting, joining the group and polling happen in
+        an owned task that retries until :meth:`stop`, so a broker that is down
+        at start-up only delays ingest (see :attr:`ready`).
+
+        Raises:
+            RuntimeError: the source was started before.
+        """
+        if self._state is not SourceState.CREATED:
+            raise RuntimeError(f"KafkaSource cannot start: it is {self._state.value}")
+        self._state = SourceState.RUNNING
+        self._main = asyncio.create_task(self._run(), name="kafka-source")
+        self._main.add_done_callback(self._main_done)
+
+    async def stop(self) -> None:
+        """Stop polling, let in-flight appends finish, commit them, leave the group.
+
+        In-flight appends get ``graceful_timeout`` seconds; records still not
+        stored then are not committed and will be redelivered. Idempotent.
+        """
+        if self._state in (SourceState.STOPPING, SourceState.STOPPED):
+            return
+        if self._state is SourceState.CREATED:
+            self._state = SourceState.STOPPED
+            return
+        self._state = SourceState.STOPPING
+        main, self._main = self._main, None
+        try:
+            if main is not None:
+                main.cancel()
+                await asyncio.gather(main, return_exceptions=True)
+        finally:
+            self._state = SourceState.STOPPED
+
+    async def __aenter__(self) -> KafkaSource:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        if self._state is SourceState.RUNNING:
+            _warn(f"Unstopped KafkaSource {self!r}", ResourceWarning, source=self, stacklevel=1)
+
+    def _main_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            # _run() handles every error it expects; this is a bug. Readiness
+            # now says no, so the process supervisor can restart us.
+            self._last_error = f"consumer task died: {type(exc).__name__}: {exc}"
+            self._broker_ok = False
+            log.error("kafka source task died", exc_info=exc)
+
+    # -- status --------------------------------------------------------------
+
+    @property
+    def state(self) -> SourceState:
+        return self._state
+
+    @property
+    def ready(self) -> bool:
+        """Running, the broker answers, and the store takes appends."""
+        main = self._main
+        return (
+            self._state is SourceState.RUNNING
+            and main is not None
+            and not main.done()
+            and self._broker_ok
+            and self._store_ok
+        )
+
+    @property
+    def rebalances(self) -> int:
+        """How many times partitions were assigned to us (the first join counts)."""
+        return self._rebalances
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """Records not yet stored, per assigned partition.
+
+        Lag is the partition's high watermark (from the last fetch) minus the
+        first offset not yet durably stored. Partitions not fetched from yet
+        are left out.
+        """
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        out: dict[tuple[str, int], int] = {}
+        try:
+            assignment = consumer.assignment()
+        except Exception:
+            return {}
+        for tp in assignment:
+            highwater = consumer.highwater(tp)
+            if highwater is None:
+                continue
+            part = Partition(tp.topic, tp.partition)
+            first = self._tracker.next_unstored(part)
+            if first is None:
+                first = self._tracker.committed(part)
+            out[(tp.topic, tp.partition)] = max(0, highwater - first) if first is not None else 0
+        return out
+
+    def status(self) -> KafkaSourceStatus:
+        """A snapshot of the source's state, counters and lag."""
+        assignment: tuple[tuple[str, int], ...] = ()
+        if self._consumer is not None:
+            try:
+                assignment = tuple(
+                    sorted((tp.topic, tp.partition) for tp in self._consumer.assignment())
+                )
+            except Exception:
+                assignment = ()
+        return KafkaSourceStatus(
+            state=self._state,
+            ready=self.ready,
+            broker_ok=self._broker_ok,
+            store_ok=self._store_ok,
+            assignment=assignment,
+            in_flight=self._in_flight,
+            paused=self._paused,
+            rebalances=self._rebalances,
+            stored=self._stored,
+            duplicates=self._duplicates,
+            poison=self._poison,
+            last_error=self._last_error,
+            lag=self.lag(),
+        )
+
+    def _note_error(self, where: str, exc: BaseException) -> None:
+        text = f"{where}: {type(exc).__name__}: {exc}"
+        self._last_error = text
+        # Log each distinct error once per outage, not on every retry.
+        if text not in self._logged_errors:
+            self._logged_errors.add(text)
+            log.warning("kafka source %s", text)
+
+    # -- main task -----------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = self._settings.retry_backoff
+        while True:
+            consumer = self._factory(**consumer_options(self._settings))
+            listener = _Listener(self)
+            if self._settings.topic_pattern:
+                consumer.subscribe(pattern=self._settings.topic_pattern, listener=listener)
+            else:
+                consumer.subscribe(topics=list(self._settings.topics), listener=listener)
+            try:
+                await consumer.start()
+            except asyncio.CancelledError:
+                await _stop_quietly(consumer)
+                raise
+            except KafkaError as exc:
+                self._broker_ok = False
+                self._note_error("connect", exc)
+                await _stop_quietly(consumer)
+                await asyncio.sleep(backoff * (0.5 + random.random()))
+                backoff = min(backoff * 2, self._settings.store_backoff_max)
+                continue
+            break
+        self._consumer = consumer
+        self._broker_ok = True
+        self._logged_errors.clear()
+        log.info(
+            "kafka source connected to %s, group %r",
+            ",".join(self._settings.bootstrap_servers),
+            self._settings.group_id,
+        )
+        self._helpers = [
+            asyncio.create_task(self._commit_loop(), name="kafka-source-commit"),
+            asyncio.create_task(self._health_loop(), name="kafka-source-health"),
+        ]
+        try:
+            await self._poll_loop(consumer)
+        finally:
+            # Stop order: intake stopped (we are out of the poll loop), drain
+            # in-flight appends, final commit, helpers, then the consumer.
+            await self._drain(self._settings.graceful_timeout)
+            await self._commit(within=self._settings.request_timeout)
+            for task in self._helpers:
+                task.cancel()
+            await asyncio.gather(*self._helpers, return_exceptions=True)
+            self._helpers = []
+            await _stop_quietly(consumer)
+            self._broker_ok = False
+
+    async def _poll_loop(self, consumer: Any) -> None:
+        settings = self._settings
+        while True:
+            self._update_pause(consumer)
+            try:
+                batches = await consumer.getmany(
+                    timeout_ms=_POLL_TIMEOUT_MS, max_records=settings.max_poll_records
+                )
+            except ConsumerStoppedError:
+                return
+            except KafkaError as exc:
+                # Fetch-level errors (authorization, offsets out of range
+                # without a reset policy): note, back off, keep polling so the
+                # group membership stays alive.
+                self._note_error("poll", exc)
+                await asyncio.sleep(settings.retry_backoff)
+                continue
+            if not batches:
+                continue
+            work: list[tuple[KafkaRecord, Ticket]] = []
+            for tp, records in batches.items():
+                part = Partition(tp.topic, tp.partition)
+                for record in records:
+                    work.append((record, self._tracker.track(part, record.offset)))
+            self._in_flight += len(work)
+            task = asyncio.create_task(self._store_batch(work), name="kafka-source-append")
+            self._batches.add(task)
+            task.add_done_callback(self._batch_done)
+
+    def _update_pause(self, consumer: Any) -> None:
+        limit = self._settings.max_in_flight
+        assignment = consumer.assignment()
+        if self._in_flight >= limit:
+            # Pause every assigned partition (new ones after a rebalance too).
+            if assignment:
+                consumer.pause(*assignment)
+            if not self._paused:
+                self._paused = True
+                log.info("kafka source paused: %d records waiting for the store", self._in_flight)
+        elif self._paused and self._in_flight <= limit // 2:
+            if assignment:
+                consumer.resume(*assignment)
+            self._paused = False
+            log.info("kafka source resumed")
+
+    # -- appends -------------------------------------------------------------
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._batches.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("kafka append task failed", exc_info=task.exception())
+
+    async def _store_batch(self, work: Sequence[tuple[KafkaRecord, Ticket]]) -> None:
+        # All records of a fetch are appended concurrently: the store commits
+        # them in shared transactions (group commit).
+        await asyncio.gather(*(self._store_one(record, ticket) for record, ticket in work))
+
+    async def _store_one(self, record: KafkaRecord, ticket: Ticket) -> None:
+        try:
+            try:
+                new: NewEvent | None = decode_record(record, self._settings.client_id)
+                rejected: RecordRejected | None = None
+            except RecordRejected as exc:
+                new, rejected = None, exc
+            except Exception as exc:  # a bug in decoding must not wedge the partition
+                new, rejected = None, RecordRejected(f"could not decode: {type(exc).__name__}")
+            result = await self._append_with_retry(record, new, rejected)
+            if rejected is not None:
+                self._poison += not result.duplicate
+                log.warning(
+                    "kafka record %s/%d@%d stored as poison: %s",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    rejected.error,
+                )
+            elif result.duplicate:
+                self._duplicates += 1
+            else:
+                self._stored += 1
+            self._tracker.done(ticket)
+        finally:
+            self._in_flight -= 1
+            self._progress.set()
+
+    async def _append_with_retry(
+        self, record: KafkaRecord, new: NewEvent | None, rejected: RecordRejected | None
+    ) -> AppendResult:
+        delay = self._settings.store_backoff_initial
+        while True:
+            try:
+                if new is not None:
+                    result = await self._sink.append(new)
+                else:
+                    assert rejected is not None
+                    meta = record_meta(record, self._settings.client_id)
+                    if rejected.field:
+                        meta["field"] = rejected.field
+                    result = await self._sink.append_poison(
+                        source="kafka",
+                        raw=record.value or b"",
+                        error=rejected.error,
+                        dedup_key=poison_dedup_key(record),
+                        meta=meta,
+                    )
+            except Exception as exc:
+                # StoreUnavailable, a stopped store, a driver error: keep the
+                # record, hold its offset, try again. Nothing is committed past it.
+                self._store_ok = False
+                self._note_error("store", exc)
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self._settings.store_backoff_max)
+                continue
+            if not self._store_ok:
+                self._store_ok = True
+                self._logged_errors = {e for e in self._logged_errors if not e.startswith("store")}
+                log.info("kafka source: store is taking appends again")
+            return result
+
+    async def _drain(self, within: float, tps: Iterable[Partition] | None = None) -> bool:
+        """Wait until no append is in flight (for ``tps``, or at all); ``False`` on timeout."""
+        wanted = list(tps) if tps is not None else None
+
+        def busy() -> bool:
+            if wanted is None:
+                return self._in_flight > 0
+            return any(self._tracker.in_flight(tp) for tp in wanted)
+
+        deadline = time.monotonic() + within
+        while busy():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if wanted is None:
+                    for task in list(self._batches):
+                        task.cancel()
+                    await asyncio.gather(*self._batches, return_exceptions=True)
+                return False
+            self._progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), remaining)
+        return True
+
+    # -- commits -------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.commit_interval)
+            await self._commit(within=self._settings.request_timeout)
+
+    async def _commit(
+        self, *, within: float, tps: Iterable[Partition] | None = None
+    ) -> dict[Partition, int]:
+        """Commit every stored prefix that moved; errors are noted, not raised."""
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        async with self._commit_lock:
+            try:
+                assigned = {Partition(tp.topic, tp.partition) for tp in consumer.assignment()}
+            except Exception:
+                return {}
+            wanted = assigned if tps is None else assigned & set(tps)
+            offsets = self._tracker.committable(wanted)
+            if not offsets:
+                return {}
+            request = {
+                TopicPartition(tp.topic, tp.partition): OffsetAndMetadata(offset, "")
+                for tp, offset in offsets.items()
+            }
+            try:
+                # Shielded: a stop() mid-commit must not leave us unsure whether
+                # the broker has it (it only risks a redelivery, but why add one).
+                await asyncio.wait_for(asyncio.shield(consumer.commit(request)), within)
+            except (KafkaError, TimeoutError) as exc:
+                # A rebalance or a broker outage: the records stay stored, the
+                # commit is retried on the next tick (or by the next owner).
+                self._note_error("commit", exc)
+                return {}
+            self._tracker.mark_committed(offsets)
+            return offsets
+
+    async def _on_revoked(self, revoked: list[Partition]) -> None:
+        # Give appends of these partitions a moment, commit what is stored,
+        # then forget them: late completions become stale and change nothing.
+        await self._drain(self._settings.revoke_drain_timeout, revoked)
+        committed = await self._commit(within=self._settings.request_timeout, tps=revoked)
+        self._tracker.revoke(revoked)
+        log.info(
+            "kafka partitions revoked: %s (committed %s)",
+            _fmt(revoked),
+            {f"{tp.topic}/{tp.partition}": o for tp, o in committed.items()},
+        )
+
+    def _on_assigned(self, assigned: list[Partition]) -> None:
+        self._tracker.assign(assigned)
+        self._rebalances += 1
+        log.info("kafka partitions assigned: %s", _fmt(assigned))
+
+    # -- health --------------------------------------------------------------
+
+    async def _health_loop(self) -> None:
+        consumer = self._consumer
+        interval = self._settings.health_interval
+        while True:
+            try:
+                # A metadata round trip: cheap, and it fails at once when no
+                # broker accepts connections.
+                await asyncio.wait_for(consumer.topics(), min(interval * 2, 10.0))
+            except (KafkaError, TimeoutError, OSError) as exc:
+                if self._broker_ok:
+                    log.warning(
+                        "kafka broker unreachable; offsets read so far will not be committed"
+                    )
+                # The broker may come back with another log (lost storage, topic
+                # recreated): offsets from before the outage must not be
+                # committed into it. Their records are redelivered instead.
+                self._tracker.forget_progress()
+                self._broker_ok = False
+                self._note_error("broker", exc)
+            else:
+                if not self._broker_ok:
+                    log.info("kafka broker reachable again")
+                    self._logged_errors = {
+                        e for e in self._logged_errors if not e.startswith("broker")
+                    }
+                self._broker_ok = True
+            await asyncio.sleep(interval)
+
+
+def _fmt(tps: Iterable[Partition]) -> str:
+    return ", ".join(f"{tp.topic}/{tp.partition}" for tp in sorted(tps)) or "-"
+
+
+async def _stop_quietly(consumer: Any) -> None:
+    try:
+        await consumer.stop()
+    except Exception as exc:
+        log.debug("kafka consumer stop failed: %r", exc)
+
+
+def build_kafka_source(settings: Settings | KafkaSettings, sink: EventSink) -> KafkaSource | None:
+    """The Kafka source ``serve`` should run, or ``None`` when Kafka is not configured.
+
+    Arguments:
+        settings: the whole settings or just the ``kafka`` section.
+        sink: normally ``store.events``.
+    """
+    section = settings.kafka if isinstance(settings, Settings) else settings
+    if not section.enabled:
+        return None
+    return KafkaSource(section, sink)

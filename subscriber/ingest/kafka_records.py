@@ -1,0 +1,169 @@
+"""Turn one Kafka record into a :class:`NewEvent`, or say why it is poison.
+
+A record value is a SOL003 notification as JSON (the same schemas as the HTTP
+callback), or an oslo.messaging v2 envelope whose message (or its ``payload``)
+is one. The record key, when present, should be the vnfInstanceId; the body
+wins when they disagree. Topic, partition, offset, key and headers go into the
+event's ``meta`` so an operator can find the record again.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from schemas import NotificationParseError, parse_notification_data
+from subscriber.store import NewEvent
+
+__all__ = ["KafkaRecord", "RecordRejected", "decode_record", "poison_dedup_key", "record_meta"]
+
+log = logging.getLogger(__name__)
+
+OSLO_VERSION_KEY = "oslo.version"
+OSLO_MESSAGE_KEY = "oslo.message"
+
+
+class KafkaRecord(Protocol):
+    """What we read of an aiokafka ``ConsumerRecord`` (a seam for unit tests)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRejected(Exception):
+    """The record is not a notification; it is stored as poison and skipped.
+
+    Attributes:
+        error: the validation error, one sentence.
+        field: the first bad field, when known.
+    """
+
+    error: str
+    field: str | None = None
+
+    def __str__(self) -> str:
+        return self.error
+
+
+def poison_dedup_key(record: KafkaRecord) -> str:
+    """The poison row's dedup key: where the record sits, so a redelivery adds nothing."""
+    return f"poison|kafka|{record.topic}|{record.partition}|{record.offset}"
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(raw).decode("ascii")
+
+
+def record_meta(record: KafkaRecord, consumer: str | None = None) -> dict[str, Any]:
+    """Where the record came from: topic, partition, offset, timestamp, key, headers.
+
+    Arguments:
+        consumer: the consuming client's id (which replica read it), if known.
+    """
+    return {
+        "kafka": {
+            "consumer": consumer,
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp,
+            # Not "key": the store masks values under keys named like secrets.
+            "record_key": None if record.key is None else _text(record.key),
+            # A list of pairs: Kafka allows the same header name twice.
+            "headers": [[name, _text(value or b"")] for name, value in record.headers or ()],
+        }
+    }
+
+
+def _unwrap_oslo(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The notification inside an oslo.messaging v2 envelope, else ``data`` itself."""
+    if OSLO_MESSAGE_KEY not in data:
+        return data
+    message = data[OSLO_MESSAGE_KEY]
+    if not isinstance(message, str):
+        raise RecordRejected(f"'{OSLO_MESSAGE_KEY}' must be a JSON string", OSLO_MESSAGE_KEY)
+    try:
+        inner = json.loads(message)
+    except ValueError as exc:
+        raise RecordRejected(
+            f"'{OSLO_MESSAGE_KEY}' is not valid JSON: {exc}", OSLO_MESSAGE_KEY
+        ) from None
+    if not isinstance(inner, dict):
+        raise RecordRejected(f"'{OSLO_MESSAGE_KEY}' must hold a JSON object", OSLO_MESSAGE_KEY)
+    meta["oslo"] = {
+        "version": data.get(OSLO_VERSION_KEY),
+        "event_type": inner.get("event_type"),
+        "publisher_id": inner.get("publisher_id"),
+        "message_id": inner.get("message_id"),
+        "priority": inner.get("priority"),
+    }
+    # An oslo notifier message carries the notification as its payload; a
+    # bare notification may also be wrapped directly.
+    payload = inner.get("payload")
+    if "notificationType" not in inner and isinstance(payload, dict):
+        return payload
+    return inner
+
+
+def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
+    """Parse and validate one record.
+
+    Arguments:
+        record: the consumed record.
+        consumer: the consuming client's id, kept in ``meta``.
+
+    Returns:
+        the event to append (source ``kafka``), with the record's place,
+        key and headers in ``meta``.
+
+    Raises:
+        RecordRejected: empty, not JSON, not an object, or not a valid
+            notification.
+    """
+    if not record.value:
+        raise RecordRejected("record has no value")
+    try:
+        data = json.loads(record.value)
+    except ValueError as exc:
+        raise RecordRejected(f"value is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RecordRejected("value must be a JSON object")
+    meta = record_meta(record, consumer)
+    body = _unwrap_oslo(data, meta)
+    try:
+        notification = parse_notification_data(body)
+    except NotificationParseError as exc:
+        raise RecordRejected(exc.detail, exc.field) from None
+    key = meta["kafka"]["record_key"]
+    if key is not None and key != notification.vnfInstanceId:
+        # The body is authoritative; the key only steered the partition.
+        meta["kafka"]["key_mismatch"] = True
+        log.warning(
+            "kafka record %s/%d@%d: key %r is not the body's vnfInstanceId %r; using the body's",
+            record.topic,
+            record.partition,
+            record.offset,
+            key,
+            notification.vnfInstanceId,
+        )
+    return NewEvent(source="kafka", notification=notification, body=body, meta=meta)

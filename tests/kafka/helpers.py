@@ -1,0 +1,172 @@
+"""Helpers for the kafka tier: notifications, topics, producing, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from subscriber.config import KafkaSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import kafka_broker  # noqa: E402
+
+__all__ = [
+    "ROOT",
+    "create_topic",
+    "delete_topic",
+    "fast_settings",
+    "kafka_broker",
+    "notification",
+    "produce",
+    "transitions",
+    "uid",
+    "wait_until",
+]
+
+STATES = (
+    ("STARTING", "START"),
+    ("PROCESSING", "START"),
+    ("COMPLETED", "RESULT"),
+)
+
+
+def uid(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def notification(
+    vnf: str,
+    op_occ: str,
+    state: str = "STARTING",
+    status: str = "START",
+    *,
+    operation: str = "INSTANTIATE",
+) -> dict[str, Any]:
+    """A valid SOL003 v2 VnfLcmOperationOccurrenceNotification (SHORT)."""
+    base = "http://127.0.0.1:9890/vnflcm/v2"
+    return {
+        "id": str(uuid.uuid4()),
+        "notificationType": "VnfLcmOperationOccurrenceNotification",
+        "subscriptionId": "sub-1",
+        "timeStamp": "2025-01-01T00:00:00Z",
+        "notificationStatus": status,
+        "operationState": state,
+        "vnfInstanceId": vnf,
+        "operation": operation,
+        "isAutomaticInvocation": False,
+        "vnfLcmOpOccId": op_occ,
+        "verbosity": "SHORT",
+        "_links": {
+            "vnfInstance": {"href": f"{base}/vnf_instances/{vnf}"},
+            "subscription": {"href": f"{base}/subscriptions/sub-1"},
+            "vnfLcmOpOcc": {"href": f"{base}/vnf_lcm_op_occs/{op_occ}"},
+        },
+    }
+
+
+def transitions(count: int, *, instances: int = 50) -> list[dict[str, Any]]:
+    """``count`` distinct transitions spread over ``instances`` VNF instances."""
+    run = uuid.uuid4().hex[:8]
+    out = []
+    for i in range(count):
+        vnf = f"vnf-{run}-{i % instances}"
+        state, status = STATES[i % 3]
+        out.append(notification(vnf, f"opocc-{run}-{i // 3}", state, status))
+    return out
+
+
+def fast_settings(bootstrap: str, topic: str, group: str, **extra: Any) -> KafkaSettings:
+    """Settings with timeouts short enough for tests (Tansu joins slowly otherwise)."""
+    values: dict[str, Any] = {
+        "bootstrap_servers": (bootstrap,),
+        "topics": (topic,),
+        "group_id": group,
+        "session_timeout": 6.0,
+        "heartbeat_interval": 0.5,
+        "request_timeout": 5.0,
+        "commit_interval": 0.2,
+        "health_interval": 0.3,
+        "revoke_drain_timeout": 2.0,
+        "graceful_timeout": 5.0,
+        "store_backoff_max": 1.0,
+    }
+    values.update(extra)
+    return KafkaSettings(**values)
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+async def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+    finally:
+        await admin.close()
+
+
+async def produce(
+    bootstrap: str,
+    topic: str,
+    values: Iterable[bytes | dict[str, Any]],
+    *,
+    key: Callable[[Any], bytes | None] | None = None,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> int:
+    """Send values (dicts become JSON, keyed by vnfInstanceId unless ``key`` says else)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    sent = 0
+    try:
+        futures = []
+        for value in values:
+            if isinstance(value, dict):
+                raw = json.dumps(value).encode()
+                k = key(value) if key else value.get("vnfInstanceId", "").encode() or None
+            else:
+                raw = value
+                k = key(value) if key else None
+            futures.append(await producer.send(topic, raw, key=k, headers=headers))
+            sent += 1
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def wait_until(
+    condition: Callable[[], Awaitable[bool] | bool],
+    within: float,
+    *,
+    interval: float = 0.1,
+    what: str = "condition",
+) -> None:
+    """Poll ``condition`` until it is true; fail the test after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(interval)
