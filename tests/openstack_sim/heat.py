@@ -189,17 +189,15 @@ def _deps(definition: dict[str, Any]) -> set[str]:
 
 
 def _order(resources: dict[str, dict[str, Any]]) -> list[str]:
-    """Names in dependency order (a resource after everything it refers to)."""
+    """Names in dependency order; among ready ones, template order (so addresses follow
+    the template: in the sample package the masters take the pool's first addresses)."""
     deps = {n: {d for d in _deps(spec or {}) if d in resources} for n, spec in resources.items()}
     done: list[str] = []
-    todo = dict(deps)
-    while todo:
-        ready = [n for n, d in todo.items() if d <= set(done)]
-        if not ready:
-            raise HeatError(f"circular dependency between {sorted(todo)}")
-        for n in ready:
-            done.append(n)
-            del todo[n]
+    while len(done) < len(deps):
+        ready = next((n for n, d in deps.items() if n not in done and d <= set(done)), None)
+        if ready is None:
+            raise HeatError(f"circular dependency between {sorted(set(deps) - set(done))}")
+        done.append(ready)
     return done
 
 
