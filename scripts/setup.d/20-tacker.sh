@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install the real OpenStack Tacker 16.0.0 (for the `tacker` test tier and the demo)
+# into a venv of its own, cached between runs on one machine.
+#
+# Idempotent: a finished install leaves a stamp file; a second run only checks it
+# (well under a second). An interrupted install leaves no stamp and is redone.
+# Tacker's own requirements are not pinned; only Tacker itself is.
+set -euo pipefail
+
+TACKER_VERSION=16.0.0
+CACHE_ROOT="${LCCN_TACKER_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/lccn-subscriber/tacker-$TACKER_VERSION}"
+VENV="$CACHE_ROOT/venv"
+STAMP="$CACHE_ROOT/installed.stamp"
+
+mkdir -p "$CACHE_ROOT"
+# Several worktrees/CI runs may set up at once: one installer at a time.
+exec 9>"$CACHE_ROOT/install.lock"
+flock 9
+
+if [ -f "$STAMP" ] && [ -x "$VENV/bin/tacker-server" ]; then
+    echo "tacker $TACKER_VERSION already installed in $VENV"
+    exit 0
+fi
+
+start=$(date +%s)
+rm -rf "$VENV"
+python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    "tacker==$TACKER_VERSION" psycopg2-binary
+"$VENV/bin/python" -c "import tacker, psycopg2" >/dev/null
+echo "tacker $TACKER_VERSION installed in $VENV in $(( $(date +%s) - start )) s"
+date -u +%FT%TZ >"$STAMP"
