@@ -135,7 +135,13 @@ class Runner:
                 },
             )
         else:
-            resumed, stored_steps = await self._store.jobs.resume_state(event.id)
+            # A pending event has no job to resume (a replay goes through the
+            # branch above), so only running/retry events need the read.
+            resumed, stored_steps = (
+                (None, [])
+                if event.status == EventStatus.PENDING
+                else await self._store.jobs.resume_state(event.id)
+            )
             if resumed is None or resumed.status not in (JobStatus.RUNNING, JobStatus.RETRY):
                 job = await self._store.jobs.create(
                     event.id, handler.name, "live", EventStatus.RUNNING
