@@ -83,7 +83,7 @@ class FakeOpenStack:
         try:
             return self.ports[(stack_id, cp_name)]
         except KeyError:
-            raise OpenStackNotFound(f"Heat resource {cp_name} of stack {stack_id}: not found")
+            raise OpenStackNotFound(f"Heat resource {cp_name} of stack {stack_id}: 404") from None
 
     async def server_host(self, server_id: str) -> str | None:
         self.calls.append(("server", server_id))

@@ -106,7 +106,7 @@ async def test_starting_handler_validates_early() -> None:
 
 
 async def test_discovery_simple() -> None:
-    tacker, openstack, inst, occ = cluster_vnf(["10.9.0.15"], ["10.9.0.17", "10.9.0.16"])
+    tacker, openstack, inst, _occ = cluster_vnf(["10.9.0.15"], ["10.9.0.17", "10.9.0.16"])
     params = parse_cluster_params(k8s_params())
     topo = await discover(tacker.instances[inst], params, openstack)
     assert [n.name for n in topo.masters] == ["master15"]
@@ -124,7 +124,7 @@ async def test_discovery_simple() -> None:
 
 async def test_discovery_ha_vip_from_the_top_stack_and_floating_ssh() -> None:
     masters = ["10.9.0.23", "10.9.0.21", "10.9.0.22"]
-    tacker, openstack, inst, occ = cluster_vnf(
+    tacker, openstack, inst, _occ = cluster_vnf(
         masters, ["10.9.0.31"], vip="10.9.0.200", floating={"10.9.0.21": "192.0.2.7"}
     )
     params = parse_cluster_params(k8s_params(ha=True))
@@ -196,7 +196,7 @@ async def test_plan_ha_joins_masters_one_by_one() -> None:
 
 
 async def test_plan_needs_its_services() -> None:
-    tacker, openstack, inst, occ = cluster_vnf(["10.9.0.15"], [])
+    _tacker, _openstack, inst, occ = cluster_vnf(["10.9.0.15"], [])
     with pytest.raises(PermanentStepError, match="'tacker' service is not configured"):
         await InstantiateCluster().plan(ctx_for(inst, occ, {}))
 
