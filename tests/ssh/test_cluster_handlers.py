@@ -27,7 +27,7 @@ from tests.factories import op_occ
 
 from .conftest import testhosts
 
-pytestmark = [pytest.mark.ssh, pytest.mark.asyncio]
+pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 
 CLUSTER = ClusterSettings(
     script_env={"K8S_SKIP_PHASES": "packages,cni"}, token_wait_timeout=10.0, install_timeout=120.0

@@ -19,7 +19,7 @@ from tests.test_process import ServeProcess
 
 from .conftest import testhosts
 
-pytestmark = [pytest.mark.ssh, pytest.mark.asyncio]
+pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 
 
 async def _until(serve: ServeProcess, sql: str, timeout: float) -> list[tuple[object, ...]]:
