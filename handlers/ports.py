@@ -8,15 +8,19 @@ Tacker, the simulated OpenStack and real sshd hosts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from pydantic import SecretStr
 
 __all__ = [
+    "INVENTORY",
     "OPENSTACK",
     "SSH",
     "TACKER",
+    "ClusterInventory",
+    "ClusterNode",
     "KubernetesAccess",
     "OpenStackLookups",
     "PortAddresses",
@@ -26,6 +30,7 @@ __all__ = [
 TACKER = "tacker"
 OPENSTACK = "openstack"
 SSH = "ssh"
+INVENTORY = "inventory"
 
 ApiVersion = Literal["v1", "v2"]
 
@@ -92,4 +97,55 @@ class OpenStackLookups(Protocol):
 
     async def server_host(self, server_id: str) -> str | None:
         """Nova's ``OS-EXT-SRV-ATTR:host`` of a server (the compute host)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterNode:
+    """One Kubernetes node on a VNFC VM, as discovered (no secrets).
+
+    ``name`` is Tacker's ``master``/``worker`` + the last octet of ``nic_ip``;
+    ``ssh_ip`` is the ssh CP's floating IP when it has one, else its fixed IP;
+    ``cluster_ip`` is the address nodes join (the VIP for HA).
+    """
+
+    name: str
+    role: Literal["master", "worker"]
+    vnfc_id: str
+    nic_ip: str
+    ssh_ip: str
+    vdu_id: str | None = None
+    stack_id: str | None = None
+    server_id: str | None = None
+    compute_host: str | None = None
+    cluster_ip: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "vnfcId": self.vnfc_id,
+            "nicIp": self.nic_ip,
+            "sshIp": self.ssh_ip,
+            "vduId": self.vdu_id,
+            "stackId": self.stack_id,
+            "serverId": self.server_id,
+            "computeHost": self.compute_host,
+            "clusterIp": self.cluster_ip,
+        }
+
+
+class ClusterInventory(Protocol):
+    """The stored nodes of each VNF instance's cluster (``store.inventory``)."""
+
+    async def replace(self, vnf_instance_id: str, nodes: Sequence[ClusterNode]) -> None:
+        """Make the instance's inventory exactly ``nodes``."""
+        ...
+
+    async def nodes(self, vnf_instance_id: str) -> list[ClusterNode]:
+        """The instance's nodes, masters first, by name."""
+        ...
+
+    async def forget(self, vnf_instance_id: str) -> int:
+        """Delete the instance's inventory; the number of nodes removed."""
         ...

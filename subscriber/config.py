@@ -30,6 +30,7 @@ from pydantic_settings import (
 __all__ = [
     "AuthSettings",
     "BasicAuthSettings",
+    "ClusterSettings",
     "DatabaseSettings",
     "DispatchSettings",
     "HandlerSettings",
@@ -38,6 +39,7 @@ __all__ = [
     "LogSettings",
     "MtlsSettings",
     "OAuth2Settings",
+    "OpenStackSettings",
     "Settings",
     "SshSettings",
     "default_data_dir",
@@ -157,6 +159,64 @@ class SshSettings(_Section):
         return (
             self.known_hosts if self.known_hosts is not None else default_data_dir() / "known_hosts"
         )
+
+
+class ClusterSettings(_Section):
+    """How the cluster handlers drive the nodes.
+
+    ``script_env`` is exported for ``install_k8s_cluster.sh`` on every node
+    (``K8S_VERSION``, ``K8S_CNI``, ``K8S_SKIP_PHASES`` ...); ``kubectl`` and
+    ``kubeadm`` name the tools on the masters (absolute paths where PATH differs).
+    """
+
+    # auto: route INSTANTIATE/TERMINATE to the cluster handlers when the clients they
+    # need (tacker, openstack) are configured, else leave them to the log handler.
+    handlers: Literal["auto", "on", "off"] = "auto"
+    scripts_dir: Path | None = None  # default: the scripts shipped with lccn-subscriber
+    script_env: dict[str, str] = {}
+    kubectl: str = "kubectl"
+    kubeadm: str = "kubeadm"
+    install_timeout: float = Field(default=2700.0, gt=0)  # Tacker's K8S_INSTALL_TIMEOUT
+    kubectl_timeout: float = Field(default=60.0, gt=0)
+    # Seconds to wait for the service-account token controller to fill the Secret.
+    token_wait_timeout: float = Field(default=60.0, gt=0)
+
+    @field_validator("script_env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"not environment variable names: {', '.join(sorted(bad))}")
+        return value
+
+
+class OpenStackSettings(_Section):
+    """Heat and Nova reads (openstacksdk, password auth) for node discovery.
+
+    Off (no ``openstack`` service) while ``auth_url`` is unset.
+    """
+
+    auth_url: str | None = None
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    project_name: str = ""
+    user_domain_name: str = "Default"
+    project_domain_name: str = "Default"
+    region_name: str | None = None
+    interface: Literal["public", "internal", "admin"] = "public"
+    # sdk calls block: they run in this many threads, never on the event loop.
+    max_workers: int = Field(default=4, gt=0, le=64)
+    request_timeout: float = Field(default=30.0, gt=0)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.auth_url)
+
+    @model_validator(mode="after")
+    def _complete(self) -> OpenStackSettings:
+        if self.auth_url and not (self.username and self.project_name):
+            raise ValueError("openstack.auth_url needs openstack.username and project_name")
+        return self
 
 
 class BasicAuthSettings(_Section):
@@ -365,6 +425,8 @@ class Settings(BaseSettings):
     dispatch: DispatchSettings = DispatchSettings()
     handlers: HandlerSettings = HandlerSettings()
     ssh: SshSettings = SshSettings()
+    cluster: ClusterSettings = ClusterSettings()
+    openstack: OpenStackSettings = OpenStackSettings()
     auth: AuthSettings = AuthSettings()
     kafka: KafkaSettings = KafkaSettings()
     log: LogSettings = LogSettings()

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from handlers import HandlerRegistry, default_registry
+from handlers.ports import INVENTORY, OPENSTACK, SSH, TACKER
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.health import CheckResult, Health
@@ -17,7 +18,9 @@ from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.kafka import KafkaSource, build_kafka_source
 from subscriber.metrics import Metrics, install_metrics_route
+from subscriber.openstack import OpenStackClient
 from subscriber.runner import Runner
+from subscriber.ssh import SshPool
 from subscriber.store import Store
 
 __all__ = ["Service"]
@@ -53,9 +56,26 @@ class Service:
         # Its own registry per Service (never the global one); /metrics serves it.
         self.metrics = Metrics()
         self.store.events.add_observer(self.metrics.observe_appends)
-        self.registry = registry or default_registry(settings.handlers.modules)
+        # The clients steps use. Ours start and stop with the service; those the
+        # caller hands in (and which win over ours) are the caller's to manage.
+        self.ssh = SshPool(settings.ssh)
+        self.openstack: OpenStackClient | None = (
+            OpenStackClient(settings.openstack) if settings.openstack.enabled else None
+        )
+        owned: dict[str, Any] = {SSH: self.ssh, INVENTORY: self.store.inventory}
+        if self.openstack is not None:
+            owned[OPENSTACK] = self.openstack
+        self.services: dict[str, Any] = {**owned, **(services or {})}
+        self._owned = [c for k, c in owned.items() if self.services[k] is c and k != INVENTORY]
+        mode = settings.cluster.handlers
+        cluster_handlers = mode == "on" or (
+            mode == "auto" and all(k in self.services for k in (TACKER, OPENSTACK))
+        )
+        self.registry = registry or default_registry(
+            settings.handlers.modules, cluster=settings.cluster, cluster_handlers=cluster_handlers
+        )
         self.runner = Runner(
-            self.store, self.registry, settings.dispatch, services, metrics=self.metrics
+            self.store, self.registry, settings.dispatch, self.services, metrics=self.metrics
         )
         self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch, self.metrics)
         self.app = make_app(settings.http, self.store.events)
@@ -97,6 +117,8 @@ class Service:
         self._state = _State.RUNNING
         try:
             await self.store.start()
+            for client in self._owned:
+                await client.start()
             if self.settings.dispatch.enabled:
                 await self.dispatcher.start()
             await self.ingress.start()
@@ -117,6 +139,8 @@ class Service:
             await self.kafka.stop()
         await self.ingress.stop()
         await self.dispatcher.stop()
+        for client in reversed(self._owned):
+            await client.stop()  # idempotent, also when never started
         await self.store.stop()
 
     async def __aenter__(self) -> Service:

@@ -8,6 +8,7 @@ from types import TracebackType
 from subscriber.config import DatabaseSettings
 from subscriber.store.database import Database
 from subscriber.store.events import AppendedEvent, EventStore
+from subscriber.store.inventory import InventoryStore
 from subscriber.store.jobs import JobStore
 from subscriber.store.leases import LeaseStore
 from subscriber.store.migrate import current_revision, head_revision, upgrade
@@ -22,6 +23,7 @@ __all__ = [
     "EventRow",
     "EventStatus",
     "EventStore",
+    "InventoryStore",
     "JobStatus",
     "JobStore",
     "LeaseStore",
@@ -64,6 +66,7 @@ class Store:
         self.jobs = JobStore(self.db, writer=self.writer)
         self.leases = LeaseStore(self.db, writer=self.writer)
         self.replays = ReplayStore(self.db, writer=self.writer)
+        self.inventory = InventoryStore(self.db, writer=self.writer)
 
     async def start(self) -> None:
         """Migrate (when asked) and start the event writer."""

@@ -10,6 +10,7 @@ __all__ = [
     "ReplayMode",
     "StepStatus",
     "audit",
+    "cluster_nodes",
     "events",
     "jobs",
     "leases",
@@ -149,3 +150,21 @@ audit = sa.Table(
     sa.Column("detail", sa.Text, nullable=True),
 )
 sa.Index("ix_audit_at", audit.c.at)
+
+# The cluster inventory: node name <-> VNFC id <-> stack id <-> IPs <-> role, per VNF instance.
+cluster_nodes = sa.Table(
+    "cluster_nodes",
+    metadata,
+    sa.Column("vnf_instance_id", sa.String(255), primary_key=True),
+    sa.Column("node_name", sa.String(255), primary_key=True),
+    sa.Column("role", sa.String(16), nullable=False),  # master | worker
+    sa.Column("vnfc_id", sa.String(255), nullable=False),
+    sa.Column("vdu_id", sa.String(255), nullable=True),
+    sa.Column("stack_id", sa.String(512), nullable=True),
+    sa.Column("server_id", sa.String(255), nullable=True),
+    sa.Column("nic_ip", sa.String(64), nullable=False),
+    sa.Column("ssh_ip", sa.String(64), nullable=False),
+    sa.Column("compute_host", sa.String(255), nullable=True),
+    sa.Column("cluster_ip", sa.String(64), nullable=True),  # the API address nodes join
+    sa.Column("updated_at", sa.Float, nullable=False),
+)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -76,3 +77,12 @@ async def pool(ssh_settings: SshSettings) -> AsyncIterator[SshPool]:
 
 def root_target(bed: Any, index: int = 0) -> SshTarget:
     return SshTarget(host=bed.hosts[index].address, username="root")
+
+
+@pytest.fixture
+def restore_hostnames(bed: Any) -> Iterator[None]:
+    """The cluster handlers rename hosts to their node names: give them their names back."""
+    yield
+    for host in bed.hosts:
+        testhosts._run("ip", "netns", "exec", host.namespace, "true")  # namespace still there
+        subprocess.run(["nsenter", "-t", str(host.pid), "-u", "hostname", host.name], check=False)

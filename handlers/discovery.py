@@ -1,0 +1,176 @@
+"""Node discovery: which VNFC VMs make the cluster, their addresses and names.
+
+The way Tacker's v2 driver finds them (TACKER.md §1.4):
+
+* VNFCs from ``instantiatedVnfInfo.vnfcResourceInfo`` (``GET vnf_instances``),
+  those of ``master_node.vdu_id`` / ``worker_node.vdu_id``; without a
+  ``vdu_id`` (v1), those with a CP named ``ssh_cp_name``;
+* each VNFC's nested stack is ``metadata.stack_id``; its ``nic_cp_name`` port's
+  first fixed IP is the node's address, its ``ssh_cp_name`` port's floating IP
+  (else fixed IP) is where we SSH to;
+* the cluster IP is ``cluster_cp_name``'s fixed IP in the top stack
+  ``vnf-{id}/{instantiatedVnfInfo.metadata.stack_id}`` when there are several
+  masters (the VIP port), else in the master's nested stack;
+  ``cluster_fip_name`` gives the floating IP the VIM is registered with;
+* the compute host from Nova (``OS-EXT-SRV-ATTR:host``).
+
+Node names are ``master``/``worker`` + the last octet of the NIC address, as the
+seeds' clusters show. Masters are ordered by address, so the main master
+(the first) is the same on every run; healing changes VNFC ids, so nodes are
+keyed by name (that is, address), never by VNFC id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from handlers.cluster import Topology
+from handlers.ports import ClusterNode, OpenStackLookups, PortAddresses
+from schemas.cluster_params import K8sClusterInstallationParams, NodeParams
+from subscriber.errors import PermanentStepError
+
+__all__ = ["DiscoveryError", "discover", "node_name"]
+
+
+class DiscoveryError(PermanentStepError):
+    """The VNF instance does not look like a cluster the parameters describe."""
+
+    error_class = "discovery"
+
+
+def node_name(role: str, nic_ip: str) -> str:
+    """``master``/``worker`` + the last octet of the NIC address (Tacker's names)."""
+    return f"{role}{nic_ip.rsplit('.', 1)[-1]}"
+
+
+def _ip_key(node: ClusterNode) -> tuple[int, str]:
+    try:
+        return int(ipaddress.ip_address(node.nic_ip)), node.nic_ip
+    except ValueError:
+        return 0, node.nic_ip
+
+
+def _select(vnfcs: list[Mapping[str, Any]], group: NodeParams) -> list[Mapping[str, Any]]:
+    if group.vdu_id is not None:
+        return [v for v in vnfcs if v.get("vduId") == group.vdu_id]
+    return [
+        v
+        for v in vnfcs
+        if any(cp.get("cpdId") == group.ssh_cp_name for cp in v.get("vnfcCpInfo") or ())
+    ]
+
+
+def _first_fixed(ports: PortAddresses, what: str) -> str:
+    if not ports.fixed_ips:
+        raise DiscoveryError(f"{what} has no fixed IP in Heat")
+    return ports.fixed_ips[0]
+
+
+async def _node(
+    openstack: OpenStackLookups,
+    vnfc: Mapping[str, Any],
+    group: NodeParams,
+    role: Literal["master", "worker"],
+) -> ClusterNode:
+    vnfc_id = str(vnfc.get("id", ""))
+    stack_id = (vnfc.get("metadata") or {}).get("stack_id")
+    if not stack_id:
+        raise DiscoveryError(
+            f"VNFC {vnfc_id} ({vnfc.get('vduId')}) has no metadata.stack_id: "
+            "its VM cannot be found in Heat"
+        )
+    nic_cp = group.nic_cp
+    nic = await openstack.port_addresses(stack_id, nic_cp)
+    nic_ip = _first_fixed(nic, f"{nic_cp} of VNFC {vnfc_id}")
+    ssh = nic if group.ssh_cp_name == nic_cp else None
+    if ssh is None:
+        ssh = await openstack.port_addresses(stack_id, group.ssh_cp_name)
+    ssh_ip = ssh.floating_ip or _first_fixed(ssh, f"{group.ssh_cp_name} of VNFC {vnfc_id}")
+    server_id = (vnfc.get("computeResource") or {}).get("resourceId")
+    host = await openstack.server_host(server_id) if server_id else None
+    return ClusterNode(
+        name=node_name(role, nic_ip),
+        role=role,
+        vnfc_id=vnfc_id,
+        nic_ip=nic_ip,
+        ssh_ip=ssh_ip,
+        vdu_id=vnfc.get("vduId"),
+        stack_id=stack_id,
+        server_id=server_id,
+        compute_host=host,
+    )
+
+
+async def discover(
+    instance: Mapping[str, Any],
+    params: K8sClusterInstallationParams,
+    openstack: OpenStackLookups,
+) -> Topology:
+    """The cluster's nodes and addresses, from the instance and Heat/Nova.
+
+    Arguments:
+        instance: ``GET vnf_instances/{id}`` (instantiated).
+        params: the operation's parameters.
+        openstack: Heat/Nova lookups.
+
+    Raises:
+        DiscoveryError: not instantiated, no master VNFC, a port without an
+            address, two nodes with the same name (permanent).
+        OpenStackError: from the lookups (transient when OpenStack is down).
+    """
+    instance_id = str(instance.get("id", ""))
+    info = instance.get("instantiatedVnfInfo") or {}
+    vnfcs: list[Mapping[str, Any]] = list(info.get("vnfcResourceInfo") or [])
+    if not vnfcs:
+        raise DiscoveryError(f"VNF instance {instance_id} has no vnfcResourceInfo")
+    master_vnfcs = _select(vnfcs, params.master_node)
+    worker_vnfcs = _select(vnfcs, params.worker_node)
+    if not master_vnfcs:
+        which = params.master_node.vdu_id or params.master_node.ssh_cp_name
+        raise DiscoveryError(f"VNF instance {instance_id} has no master VNFC ({which})")
+    masters, workers = await asyncio.gather(
+        asyncio.gather(*(_node(openstack, v, params.master_node, "master") for v in master_vnfcs)),
+        asyncio.gather(*(_node(openstack, v, params.worker_node, "worker") for v in worker_vnfcs)),
+    )
+    ordered_masters = sorted(masters, key=_ip_key)
+    ordered_workers = sorted(workers, key=_ip_key)
+    names = [n.name for n in (*ordered_masters, *ordered_workers)]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise DiscoveryError(f"two VNFCs would be the same node: {', '.join(dupes)}")
+
+    master = params.master_node
+    if len(ordered_masters) > 1:
+        top_id = (info.get("metadata") or {}).get("stack_id")
+        if not top_id:
+            raise DiscoveryError(
+                f"VNF instance {instance_id} has no instantiatedVnfInfo.metadata.stack_id "
+                "(needed for the cluster VIP of an HA cluster)"
+            )
+        stack = f"vnf-{instance_id}/{top_id}"
+    else:
+        stack = ordered_masters[0].stack_id or ""
+    cluster_port = await openstack.port_addresses(stack, master.cluster_cp_name)
+    cluster_ip = _first_fixed(cluster_port, f"cluster CP {master.cluster_cp_name}")
+    cluster_fip: str | None = None
+    if master.cluster_fip_name:
+        fip_port = await openstack.port_addresses(stack, master.cluster_fip_name)
+        cluster_fip = fip_port.floating_ip or (
+            fip_port.fixed_ips[0] if fip_port.fixed_ips else None
+        )
+        if cluster_fip is None:
+            raise DiscoveryError(f"cluster_fip_name {master.cluster_fip_name} has no address")
+
+    def with_cluster(n: ClusterNode) -> ClusterNode:
+        return dataclasses.replace(n, cluster_ip=cluster_ip)
+
+    return Topology(
+        masters=tuple(with_cluster(n) for n in ordered_masters),
+        workers=tuple(with_cluster(n) for n in ordered_workers),
+        cluster_ip=cluster_ip,
+        cluster_fip=cluster_fip,
+    )

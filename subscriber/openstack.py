@@ -1,0 +1,273 @@
+"""Heat and Nova reads for node discovery: :class:`handlers.ports.OpenStackLookups` on openstacksdk.
+
+openstacksdk is blocking, so every call runs in a small thread pool owned by
+:class:`OpenStackClient` (never on the event loop). Its errors are translated
+in one place, :func:`_openstack_errors`:
+
+* no answer, a timeout, 5xx or 429 -> :class:`OpenStackUnavailable` (transient:
+  the runner retries with backoff);
+* 401/403 -> :class:`OpenStackAuthFailed`, 404 -> :class:`OpenStackNotFound`,
+  any other 4xx -> :class:`OpenStackRequestFailed` (permanent).
+
+Messages name the call and the status, never credentials or tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from handlers.ports import PortAddresses
+from subscriber.config import OpenStackSettings
+from subscriber.errors import PermanentStepError, TransientStepError
+from subscriber.redact import redact_text
+
+__all__ = [
+    "OpenStackAuthFailed",
+    "OpenStackClient",
+    "OpenStackError",
+    "OpenStackNotFound",
+    "OpenStackRequestFailed",
+    "OpenStackUnavailable",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class OpenStackError(PermanentStepError):
+    """Root of the adapter's errors (permanent unless a subclass says otherwise).
+
+    ::
+
+        OpenStackError (PermanentStepError)
+        ├── OpenStackAuthFailed       401/403: credentials or roles
+        ├── OpenStackNotFound         404: no such stack, resource or server
+        ├── OpenStackRequestFailed    another 4xx
+        └── OpenStackUnavailable      (retriable) connect failure, timeout, 5xx, 429
+    """
+
+    error_class = "openstack"
+    status: int | None = None
+
+
+class OpenStackAuthFailed(OpenStackError):
+    error_class = "openstack-auth"
+
+
+class OpenStackNotFound(OpenStackError):
+    error_class = "openstack-not-found"
+
+
+class OpenStackRequestFailed(OpenStackError):
+    error_class = "openstack-request"
+
+
+class OpenStackUnavailable(TransientStepError, OpenStackError):
+    error_class = "openstack-unavailable"
+
+
+def _status_error(status: int, what: str) -> OpenStackError:
+    err: OpenStackError
+    if status in (401, 403):
+        err = OpenStackAuthFailed(
+            f"{what}: OpenStack refused our credentials ({status}); check openstack.username, "
+            "password, project and domains"
+        )
+    elif status == 404:
+        err = OpenStackNotFound(f"{what}: not found (404)")
+    elif status >= 500 or status == 429:
+        err = OpenStackUnavailable(f"{what}: OpenStack answered {status}")
+    else:
+        err = OpenStackRequestFailed(f"{what}: OpenStack answered {status}")
+    err.status = status
+    return err
+
+
+@contextlib.contextmanager
+def _openstack_errors(what: str) -> Iterator[None]:
+    """Translate keystoneauth/openstacksdk errors raised inside into :class:`OpenStackError`."""
+    from keystoneauth1 import exceptions as ks
+    from openstack import exceptions as sdk
+
+    try:
+        yield
+    except OpenStackError:
+        raise
+    except sdk.HttpException as exc:
+        status = exc.status_code
+        if status is None:
+            raise OpenStackUnavailable(f"{what}: no HTTP answer") from exc
+        raise _status_error(int(status), what) from exc
+    except ks.http.HttpError as exc:
+        raise _status_error(int(exc.http_status or 500), what) from exc
+    except (ks.ConnectFailure, ks.ConnectionError, ks.RequestTimeout, TimeoutError) as exc:
+        raise OpenStackUnavailable(
+            f"{what}: OpenStack did not answer ({type(exc).__name__})"
+        ) from exc
+    except ks.Unauthorized as exc:
+        raise _status_error(401, what) from exc
+    except ks.ClientException as exc:
+        # Catalog/endpoint problems and the like: configuration, not load.
+        raise OpenStackRequestFailed(f"{what}: {redact_text(type(exc).__name__)}") from exc
+    except sdk.SDKException as exc:
+        raise OpenStackRequestFailed(f"{what}: {type(exc).__name__}") from exc
+
+
+class _State(enum.Enum):
+    UNOPENED = "unopened"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class OpenStackClient:
+    """Heat resource and Nova server lookups through openstacksdk.
+
+    Usage::
+
+        async with OpenStackClient(settings.openstack) as lookups:
+            ports = await lookups.port_addresses("vnf-x/uuid", "masterNode_CP1")
+
+    Arguments:
+        settings: the ``openstack`` section (password auth).
+        connection_factory: builds the ``openstack.connection.Connection``
+            (tests may hand their own); called in a pool thread.
+    """
+
+    def __init__(
+        self,
+        settings: OpenStackSettings,
+        *,
+        connection_factory: Callable[[OpenStackSettings], Any] | None = None,
+    ) -> None:
+        if not settings.enabled:
+            raise ValueError("openstack.auth_url is not set")
+        self._settings = settings
+        self._factory = connection_factory or _connect
+        self._pool: ThreadPoolExecutor | None = None
+        self._conn: Any = None
+        self._conn_lock = asyncio.Lock()
+        self._state = _State.UNOPENED
+
+    async def start(self) -> None:
+        """Open the thread pool (the connection authenticates on first use)."""
+        if self._state is not _State.UNOPENED:
+            raise RuntimeError(f"OpenStackClient cannot start: it is {self._state.value}")
+        self._pool = ThreadPoolExecutor(
+            self._settings.max_workers, thread_name_prefix="lccn-openstack"
+        )
+        self._state = _State.OPEN
+
+    async def stop(self) -> None:
+        """Close the connection, then the pool (idempotent)."""
+        if self._state is _State.CLOSED:
+            return
+        self._state = _State.CLOSED
+        pool, conn = self._pool, self._conn
+        self._pool = self._conn = None
+        if pool is not None:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.get_running_loop().run_in_executor(pool, conn.close)
+            await asyncio.to_thread(pool.shutdown, wait=True)
+
+    async def __aenter__(self) -> OpenStackClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) is _State.OPEN:
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
+
+    def __repr__(self) -> str:
+        return f"<OpenStackClient {self._settings.auth_url} {self._state.value}>"
+
+    async def _call(self, what: str, fn: Callable[[Any], T]) -> T:
+        if self._state is not _State.OPEN or self._pool is None:
+            raise RuntimeError(f"OpenStackClient is {self._state.value}")
+        loop = asyncio.get_running_loop()
+        pool = self._pool
+        async with self._conn_lock:
+            if self._conn is None:
+                with _openstack_errors("connecting to OpenStack"):
+                    self._conn = await loop.run_in_executor(pool, self._factory, self._settings)
+        conn = self._conn
+
+        def guarded() -> T:
+            with _openstack_errors(what):
+                return fn(conn)
+
+        return await loop.run_in_executor(pool, guarded)
+
+    async def port_addresses(self, stack_id: str, cp_name: str) -> PortAddresses:
+        """``GET stacks/{stack_id}/resources/{cp_name}``: the port's fixed and floating IPs.
+
+        Arguments:
+            stack_id: ``name/id`` of the stack holding the port.
+            cp_name: the Heat resource name (the VNFD's CP name).
+
+        Raises:
+            OpenStackNotFound: no such stack or resource.
+            OpenStackUnavailable: OpenStack did not answer (retriable).
+            OpenStackError: anything else OpenStack refused.
+        """
+        what = f"Heat resource {cp_name} of stack {stack_id}"
+        path = f"/stacks/{quote(stack_id, safe='/')}/resources/{quote(cp_name, safe='')}"
+
+        def get(conn: Any) -> dict[str, Any]:
+            response = conn.orchestration.get(path, raise_exc=False)
+            if response.status_code >= 400:
+                raise _status_error(response.status_code, what)
+            body: dict[str, Any] = response.json()
+            return body
+
+        body = await self._call(what, get)
+        attributes = (body.get("resource") or {}).get("attributes") or {}
+        fixed = tuple(
+            str(ip["ip_address"])
+            for ip in attributes.get("fixed_ips") or ()
+            if isinstance(ip, dict) and ip.get("ip_address")
+        )
+        floating = attributes.get("floating_ip_address")
+        return PortAddresses(fixed_ips=fixed, floating_ip=str(floating) if floating else None)
+
+    async def server_host(self, server_id: str) -> str | None:
+        """Nova's ``OS-EXT-SRV-ATTR:host`` of ``server_id`` (None when hidden by policy).
+
+        Raises:
+            OpenStackNotFound: no such server.
+            OpenStackUnavailable: OpenStack did not answer (retriable).
+        """
+
+        def get(conn: Any) -> str | None:
+            host = conn.compute.get_server(server_id).compute_host
+            return str(host) if host else None
+
+        return await self._call(f"Nova server {server_id}", get)
+
+
+def _connect(settings: OpenStackSettings) -> Any:
+    from openstack import connection
+
+    return connection.Connection(
+        auth_url=settings.auth_url,
+        username=settings.username,
+        password=settings.password.get_secret_value(),
+        project_name=settings.project_name,
+        user_domain_name=settings.user_domain_name,
+        project_domain_name=settings.project_domain_name,
+        region_name=settings.region_name,
+        interface=settings.interface,
+        api_timeout=settings.request_timeout,
+    )

@@ -1,0 +1,67 @@
+"""subscriber.openstack against the simulated Keystone/Heat/Nova (openstacksdk, real HTTP)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from pydantic import SecretStr
+
+from subscriber.config import OpenStackSettings
+from subscriber.openstack import (
+    OpenStackAuthFailed,
+    OpenStackClient,
+    OpenStackNotFound,
+    OpenStackUnavailable,
+)
+from tests.openstack_sim import OpenStackSim, SimConfig
+from tests.test_openstack_sim import Cloud
+
+pytestmark = pytest.mark.asyncio
+
+
+def settings(sim: OpenStackSim, password: str | None = None) -> OpenStackSettings:
+    c = sim.config
+    return OpenStackSettings(
+        auth_url=sim.auth_url,
+        username=c.username,
+        password=SecretStr(password or c.password),
+        project_name=c.project_name,
+        user_domain_name=c.domain,
+        project_domain_name=c.domain,
+        region_name=c.region,
+    )
+
+
+@pytest.fixture
+async def cloud() -> AsyncIterator[Cloud]:
+    import aiohttp
+
+    cfg = SimConfig(server_pool="10.77.0.11-10.77.0.14", vip_pool="10.77.0.200")
+    async with OpenStackSim(cfg) as sim, aiohttp.ClientSession() as http:
+        c = Cloud(sim, http)
+        assert (await c.login()).status == 201
+        yield c
+
+
+async def test_ports_hosts_and_errors(cloud: Cloud) -> None:
+    ident = await cloud.create("lookup-test", 2)
+    members = await cloud.servers(ident)
+    async with OpenStackClient(settings(cloud.sim)) as client:
+        for member in members.values():
+            ports = await client.port_addresses(member["stack"], "worker_CP")
+            assert ports.fixed_ips == (member["ip"],)
+            host = await client.server_host(member["id"])
+            assert host in cloud.sim.config.compute_hosts
+        with pytest.raises(OpenStackNotFound, match="404"):
+            await client.port_addresses(ident, "no_such_CP")
+        fault = {"service": "orchestration", "method": "GET", "path": "/resources/vip$"}
+        await cloud.req("POST", f"{cloud.sim.url}/_sim/faults", {**fault, "status": 503}, 201)
+        with pytest.raises(OpenStackUnavailable, match="503") as info:
+            await client.port_addresses(ident, "vip")
+        assert info.value.retriable
+        assert (await client.port_addresses(ident, "vip")).fixed_ips == ("10.77.0.200",)
+    async with OpenStackClient(settings(cloud.sim, "wrong-Passw0rd")) as client:
+        with pytest.raises(OpenStackAuthFailed) as denied:
+            await client.port_addresses(ident, "vip")
+        assert not denied.value.retriable and "wrong-Passw0rd" not in str(denied.value)
