@@ -19,6 +19,7 @@ from subscriber.ingest.kafka import KafkaSource, build_kafka_source
 from subscriber.metrics import Metrics, install_metrics_route
 from subscriber.runner import Runner
 from subscriber.store import Store
+from subscriber.tacker import EchoFilter, Reconciler, SubscriptionKeeper, TackerClient
 
 __all__ = ["Service"]
 
@@ -32,7 +33,8 @@ class _State(enum.Enum):
 
 
 class Service:
-    """The whole service; start order store -> dispatcher -> ingress (HTTP, Kafka), stop in reverse.
+    """The whole service; start order store -> tacker client -> dispatcher -> ingress (HTTP,
+    Kafka) -> subscription keeper -> reconciler, stop in reverse.
 
     Arguments:
         settings: the effective configuration.
@@ -54,8 +56,20 @@ class Service:
         self.metrics = Metrics()
         self.store.events.add_observer(self.metrics.observe_appends)
         self.registry = registry or default_registry(settings.handlers.modules)
+        # The Tacker client, when a Tacker is configured (and not injected by a test).
+        all_services: dict[str, Any] = dict(services or {})
+        self.tacker: TackerClient | None = None
+        if "tacker" not in all_services and settings.tacker.configured:
+            self.tacker = TackerClient(settings.tacker, echo=self.store.tacker)
+            all_services["tacker"] = self.tacker
+        self.echo = EchoFilter(self.store.tacker, settings.tacker, self.tacker)
         self.runner = Runner(
-            self.store, self.registry, settings.dispatch, services, metrics=self.metrics
+            self.store,
+            self.registry,
+            settings.dispatch,
+            all_services,
+            metrics=self.metrics,
+            echo=self.echo,
         )
         self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch, self.metrics)
         self.app = make_app(settings.http, self.store.events)
@@ -72,6 +86,19 @@ class Service:
         self.kafka: KafkaSource | None = build_kafka_source(settings, self.store.events)
         if self.kafka is not None:
             self._observe_kafka(self.kafka)
+        self.subscriptions: SubscriptionKeeper | None = None
+        self.reconciler: Reconciler | None = None
+        if self.tacker is not None and settings.tacker.subscribe_on_start:
+            self.subscriptions = SubscriptionKeeper(self.tacker, settings)
+            self.health.register("subscription", self.subscriptions.readiness)
+        if self.tacker is not None and settings.tacker.reconcile_interval > 0:
+            keeper = self.subscriptions
+            self.reconciler = Reconciler(
+                self.store,
+                self.tacker,
+                settings.tacker,
+                subscription_id=lambda: keeper.subscription_id if keeper else None,
+            )
         self._state = _State.UNOPENED
 
     def _observe_kafka(self, kafka: KafkaSource) -> None:
@@ -97,6 +124,8 @@ class Service:
         self._state = _State.RUNNING
         try:
             await self.store.start()
+            if self.tacker is not None:
+                await self.tacker.start()
             if self.settings.dispatch.enabled:
                 await self.dispatcher.start()
             await self.ingress.start()
@@ -104,6 +133,11 @@ class Service:
                 # Returns at once; connecting and joining the group go on in
                 # the background (a broker that is down only delays ingest).
                 await self.kafka.start()
+            # After ingress: Tacker tests the callback with a GET while subscribing.
+            if self.subscriptions is not None:
+                await self.subscriptions.start()
+            if self.reconciler is not None:
+                await self.reconciler.start()
         except BaseException:
             await self.stop()
             raise
@@ -113,10 +147,16 @@ class Service:
         if self._state is _State.STOPPED:
             return
         self._state = _State.STOPPED
+        if self.reconciler is not None:
+            await self.reconciler.stop()
+        if self.subscriptions is not None:
+            await self.subscriptions.stop()
         if self.kafka is not None:
             await self.kafka.stop()
         await self.ingress.stop()
         await self.dispatcher.stop()
+        if self.tacker is not None:
+            await self.tacker.stop()
         await self.store.stop()
 
     async def __aenter__(self) -> Service:

@@ -14,6 +14,7 @@ from subscriber.store.migrate import current_revision, head_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
 from subscriber.store.replays import ReplayStore
 from subscriber.store.tables import EventStatus, JobStatus, ReplayMode, StepStatus
+from subscriber.store.tacker_state import TackerStateStore
 from subscriber.store.writer import WriteQueue
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "ReplayStore",
     "StepStatus",
     "Store",
+    "TackerStateStore",
     "dedup_key_of",
 ]
 
@@ -64,6 +66,7 @@ class Store:
         self.jobs = JobStore(self.db, writer=self.writer)
         self.leases = LeaseStore(self.db, writer=self.writer)
         self.replays = ReplayStore(self.db, writer=self.writer)
+        self.tacker = TackerStateStore(self.db, writer=self.writer)
 
     async def start(self) -> None:
         """Migrate (when asked) and start the event writer."""
