@@ -23,6 +23,7 @@ import logging
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -133,6 +134,8 @@ class TackerClient:
         self._auth: TackerAuth | None = None
         self._session: aiohttp.ClientSession | None = None
         self._state = _State.UNOPENED
+        # Retried answers by status (0: no answer), for tests and diagnostics.
+        self.retried: Counter[int] = Counter()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -243,6 +246,7 @@ class TackerClient:
                 raise type(error)(
                     f"{error.message} (after {attempt} attempts)", status=error.status
                 ) from error
+            self.retried[error.status or 0] += 1
             delay = self._backoff(attempt)
             log.debug(
                 "tacker call will be retried",
@@ -452,6 +456,10 @@ class TackerClient:
                 "vim_project": {"name": "default"},
             }
         }
+        # Tacker without Keystone (noauth) needs the tenant in the body.
+        tenant = self.settings.noauth_project_id or self.settings.project_id
+        if tenant:
+            body["vim"]["tenant_id"] = tenant
         resp = await self.request("POST", "/v1.0/vims", body=body, api=None, expected=(201,))
         return str(resp.json()["vim"]["id"])
 
