@@ -244,11 +244,15 @@ def _keygen(path: Path, comment: str) -> str:
 def _write_standins(bed: TestBed) -> Path:
     bin_dir = bed.root / "bin"
     bin_dir.mkdir()
+    # A copy beside the wrappers: the checkout may live under /tmp, which every
+    # host replaces with a private one, so the repository path is not visible there.
+    standin = bin_dir / STANDIN.name
+    shutil.copyfile(STANDIN, standin)
     for tool in ("kubeadm", "kubectl"):
         script = bin_dir / tool
         script.write_text(
             f"#!/bin/sh\nLCCN_STANDIN_DIR='{bed.cluster_dir}' "
-            f"exec /usr/bin/python3 '{STANDIN}' {tool} \"$@\"\n"
+            f"exec /usr/bin/python3 '{standin}' {tool} \"$@\"\n"
         )
         script.chmod(0o755)
     return bin_dir

@@ -125,51 +125,12 @@ def _cmd_events_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_events_show(args: argparse.Namespace) -> int:
+    from subscriber.operate_cli import event_detail
+
     settings = _settings(args)
-
-    async def fetch(store: Any) -> dict[str, Any] | None:
-        row = await store.events.get(args.id)
-        if row is None:
-            return None
-        out: dict[str, Any] = row.summary()
-        out.update(
-            dedupKey=row.dedup_key,
-            notificationId=row.notification_id,
-            apiVersion=row.api_version,
-            meta=row.meta_json(),
-            body=row.body_json(),
-            jobs=[],
-        )
-        for job in await store.jobs.for_event(row.id):
-            steps = await store.jobs.steps(job.id)
-            out["jobs"].append(
-                {
-                    "id": job.id,
-                    "handler": job.handler,
-                    "mode": job.mode,
-                    "status": job.status,
-                    "attempts": job.attempts,
-                    "nextAttemptAt": job.next_attempt_at,
-                    "errorClass": job.error_class,
-                    "lastError": job.last_error,
-                    "steps": [
-                        {
-                            "name": s.name,
-                            "status": s.status,
-                            "attempts": s.attempts,
-                            "idempotent": s.idempotent,
-                            "error": s.error,
-                            "output": s.output,
-                            "result": s.result_json(),
-                        }
-                        for s in steps
-                    ],
-                }
-            )
-
-        return out
-
-    data: dict[str, Any] | None = asyncio.run(_with_store(settings, fetch))
+    data: dict[str, Any] | None = asyncio.run(
+        _with_store(settings, lambda store: event_detail(store, args.id))
+    )
     if data is None:
         raise CliError(f"no event with id {args.id}")
     print(json.dumps(data, indent=2))

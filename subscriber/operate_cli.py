@@ -99,6 +99,7 @@ async def event_detail(store: Any, event_id: int) -> dict[str, Any] | None:
         dedupKey=row.dedup_key,
         notificationId=row.notification_id,
         apiVersion=row.api_version,
+        meta=row.meta_json(),
         body=row.body_json(),
         jobs=[],
     )
@@ -112,6 +113,7 @@ async def event_detail(store: Any, event_id: int) -> dict[str, Any] | None:
                 "status": job.status,
                 "attempts": job.attempts,
                 "createdAt": job.created_at,
+                "nextAttemptAt": job.next_attempt_at,
                 "errorClass": job.error_class,
                 "lastError": job.last_error,
                 "steps": [
