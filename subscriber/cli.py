@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from subscriber.config import ConfigFileError, Settings, load_settings, masked
 from subscriber.kafka_cli import add_kafka_parser
 from subscriber.operate_cli import add_operate_parsers
+from subscriber.tacker_cli import add_tacker_parsers
 
 __all__ = ["main"]
 
@@ -168,6 +169,19 @@ def _cmd_kafka(args: argparse.Namespace) -> int:
     return asyncio.run(run_kafka_command(args, _settings(args)))
 
 
+# -- tacker --------------------------------------------------------------------
+
+
+def _cmd_tacker(args: argparse.Namespace) -> int:
+    from subscriber.errors import LccnError
+    from subscriber.tacker_cli import run_tacker_command
+
+    try:
+        return asyncio.run(run_tacker_command(args, _settings(args)))
+    except LccnError as exc:
+        raise CliError(exc.message) from None
+
+
 # -- parser ----------------------------------------------------------------------
 
 
@@ -215,6 +229,9 @@ def _parser() -> argparse.ArgumentParser:
     add_operate_parsers(sub, [common, db])
     kafka = add_kafka_parser(sub, parents=[common])
     kafka.set_defaults(func=_cmd_kafka)
+    add_tacker_parsers(sub, [common])
+    for name in ("subscribe", "subscriptions"):
+        sub.choices[name].set_defaults(func=_cmd_tacker)
     return parser
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "OpenStackSettings",
     "Settings",
     "SshSettings",
+    "TackerSettings",
     "default_data_dir",
     "default_database_path",
     "load_settings",
@@ -402,6 +403,111 @@ class KafkaSettings(_Section):
         return self.topics[0] if self.topics else "lccn-notifications"
 
 
+class TackerSettings(_Section):
+    """How we talk back to Tacker: auth, endpoint, retries, write-back, subscription, reconciler.
+
+    ``auth_type``:
+
+    * ``noauth``: Tacker runs with ``auth_strategy = noauth``; ``endpoint`` is
+      required. Tacker then builds its request context from ``X-User-Id``,
+      ``X-Project-Id`` (32 hex digits) and ``X-Roles``, which some calls
+      (package and VIM APIs) need, so they are sent when set.
+    * ``password`` / ``v3applicationcredential``: a Keystone v3 session
+      (keystoneauth1, run in a small thread pool). The Tacker endpoint comes
+      from the catalog (``service_type``, ``interface``, ``region_name``) unless
+      ``endpoint`` fixes it.
+
+    Environment variables are ``LCCN_TACKER__<FIELD>``.
+    """
+
+    auth_type: Literal["noauth", "password", "v3applicationcredential"] = "noauth"
+    endpoint: str = ""  # fixed Tacker URL, e.g. http://tacker:9890 (no catalog lookup)
+    auth_url: str = ""
+    username: str = ""
+    user_id: str = ""
+    password: SecretStr = SecretStr("")
+    user_domain_name: str = "Default"
+    project_name: str = ""
+    project_id: str = ""
+    project_domain_name: str = "Default"
+    application_credential_id: str = ""
+    application_credential_name: str = ""
+    application_credential_secret: SecretStr = SecretStr("")
+    service_type: str = "nfv-orchestration"
+    interface: Literal["public", "internal", "admin"] = "public"
+    region_name: str = ""
+    verify_tls: bool = True
+    ca_file: str = ""
+    auth_threads: int = Field(default=2, gt=0, le=16)
+    # noauth request context
+    noauth_user_id: str = ""
+    noauth_project_id: str = ""
+    noauth_roles: str = "admin"
+    noauth_token: SecretStr = SecretStr("")
+
+    api_version: Literal["v1", "v2"] = "v2"
+    request_timeout: float = Field(default=30.0, gt=0)
+    # 409 (instance lock) and 5xx: retried in-process with exponential backoff
+    # and jitter; past this many attempts the step fails as transient and the
+    # runner's persisted backoff takes over.
+    retry_attempts: int = Field(default=6, gt=0)
+    retry_initial: float = Field(default=0.2, gt=0)
+    retry_max: float = Field(default=5.0, gt=0)
+
+    # write-back
+    vim_key: str = Field(default="k8s", min_length=1)
+    op_wait_timeout: float = Field(default=120.0, gt=0)
+    op_poll_interval: float = Field(default=0.5, gt=0)
+    # How long an "expected echo" (recorded before a PATCH whose 202 never
+    # arrived: crash, timeout) still claims MODIFY_INFO op-occs of its instance.
+    echo_intent_ttl: float = Field(default=600.0, gt=0)
+    register_vim: bool = False
+
+    # subscription
+    subscribe_on_start: bool = False
+    callback_uri: str = ""  # default: http://<http.host>:<http.port><http.path>
+    operation_types: Annotated[tuple[str, ...], NoDecode] = ()
+    operation_states: Annotated[tuple[str, ...], NoDecode] = ()
+    verbosity: Literal["FULL", "SHORT"] = "FULL"
+
+    # reconciler: 0 = off
+    reconcile_interval: float = Field(default=0.0, ge=0)
+    # Re-read this far before the watermark: stateEnteredTime is written by
+    # Tacker's clock and a transition may commit after a later one was read.
+    reconcile_overlap: float = Field(default=60.0, ge=0)
+
+    @field_validator("operation_types", "operation_states", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _string_list(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TackerSettings:
+        if self.auth_type == "noauth":
+            return self
+        if not self.auth_url:
+            raise ValueError(f"tacker: auth_type {self.auth_type} needs 'auth_url'")
+        if self.auth_type == "password":
+            if not (self.username or self.user_id) or not self.password.get_secret_value():
+                raise ValueError("tacker: password auth needs 'username' and 'password'")
+            if not (self.project_name or self.project_id):
+                raise ValueError("tacker: password auth needs 'project_name' or 'project_id'")
+        else:
+            if not (self.application_credential_id or self.application_credential_name):
+                raise ValueError(
+                    "tacker: v3applicationcredential needs 'application_credential_id' "
+                    "(or _name with 'username')"
+                )
+            if not self.application_credential_secret.get_secret_value():
+                raise ValueError("tacker: v3applicationcredential needs its secret")
+        return self
+
+    @property
+    def configured(self) -> bool:
+        """Whether a Tacker is configured at all (an endpoint or a Keystone auth)."""
+        return bool(self.endpoint) or self.auth_type != "noauth"
+
+
 class LogSettings(_Section):
     format: Literal["json", "text"] = "json"
     level: str = "INFO"
@@ -429,6 +535,7 @@ class Settings(BaseSettings):
     openstack: OpenStackSettings = OpenStackSettings()
     auth: AuthSettings = AuthSettings()
     kafka: KafkaSettings = KafkaSettings()
+    tacker: TackerSettings = TackerSettings()
     log: LogSettings = LogSettings()
 
     @classmethod

@@ -19,10 +19,10 @@ import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from handlers import HandlerRegistry, JobContext, Plan, RetryClass, SkipStep, Step
-from schemas import NotificationParseError, parse_notification
+from schemas import Notification, NotificationParseError, parse_notification
 from subscriber.config import DispatchSettings
 from subscriber.errors import LccnError, StepInterrupted
 from subscriber.failed import failure_output
@@ -32,7 +32,7 @@ from subscriber.redact import redact_text
 from subscriber.store import EventRow, EventStatus, JobStatus, StepStatus, Store
 from subscriber.store.jobs import JobRow, StepOutcome, StepRow
 
-__all__ = ["JobOutcome", "Runner", "classify"]
+__all__ = ["EchoCheck", "JobOutcome", "Runner", "classify"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,13 @@ class JobOutcome(enum.Enum):
     RETRY = "retry"
     FAILED = "failed"
     IGNORED = "ignored"
+    ECHO = "echo"
+
+
+class EchoCheck(Protocol):
+    """Recognises notifications of our own write-backs (see :mod:`subscriber.tacker.echo`)."""
+
+    async def is_echo(self, notification: Notification) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +91,10 @@ class Runner:
         settings: DispatchSettings,
         services: Mapping[str, Any] | None = None,
         metrics: Metrics | None = None,
+        echo: EchoCheck | None = None,
     ) -> None:
         self._store = store
+        self._echo = echo
         self._registry = registry
         self._settings = settings
         self._services: Mapping[str, Any] = services or {}
@@ -100,6 +109,8 @@ class Runner:
     async def run(self, event: EventRow) -> JobOutcome:
         """Run (or resume) the job of ``event`` until it is done, retrying or failed."""
         outcome, mode = await self._run(event)
+        if outcome is JobOutcome.ECHO:
+            return outcome  # no job ran; counted as a skip
         if self._metrics is not None:
             self._metrics.job_finished(outcome.value, mode)
         return outcome
@@ -113,6 +124,23 @@ class Runner:
                 event.id, EventStatus.FAILED, f"stored body no longer parses: {exc.detail}"
             )
             return JobOutcome.FAILED, mode
+        # Before routing: our own write-back's MODIFY_INFO never reaches a handler.
+        if self._echo is not None and await self._echo.is_echo(notification):
+            await self._store.events.set_status(
+                event.id, EventStatus.ECHO, "our own write-back (MODIFY_INFO)"
+            )
+            if self._metrics is not None:
+                self._metrics.skipped("echo")
+            log.info(
+                "own echo skipped",
+                extra={
+                    "event_id": event.id,
+                    "vnfInstanceId": event.vnf_instance_id,
+                    "vnfLcmOpOccId": event.vnf_lcm_op_occ_id,
+                    "operationState": event.operation_state,
+                },
+            )
+            return JobOutcome.ECHO, mode
         handler = self._registry.route(notification)
         if handler is None:
             await self._store.events.set_status(event.id, EventStatus.IGNORED, "no handler")

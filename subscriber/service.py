@@ -22,6 +22,7 @@ from subscriber.openstack import OpenStackClient
 from subscriber.runner import Runner
 from subscriber.ssh import SshPool
 from subscriber.store import Store
+from subscriber.tacker import EchoFilter, Reconciler, SubscriptionKeeper, TackerClient
 
 __all__ = ["Service"]
 
@@ -35,7 +36,8 @@ class _State(enum.Enum):
 
 
 class Service:
-    """The whole service; start order store -> dispatcher -> ingress (HTTP, Kafka), stop in reverse.
+    """The whole service; start order store -> tacker client -> dispatcher -> ingress (HTTP,
+    Kafka) -> subscription keeper -> reconciler, stop in reverse.
 
     Arguments:
         settings: the effective configuration.
@@ -62,9 +64,14 @@ class Service:
         self.openstack: OpenStackClient | None = (
             OpenStackClient(settings.openstack) if settings.openstack.enabled else None
         )
+        self.tacker: TackerClient | None = None
+        if TACKER not in (services or {}) and settings.tacker.configured:
+            self.tacker = TackerClient(settings.tacker, echo=self.store.tacker)
         owned: dict[str, Any] = {SSH: self.ssh, INVENTORY: self.store.inventory}
         if self.openstack is not None:
             owned[OPENSTACK] = self.openstack
+        if self.tacker is not None:
+            owned[TACKER] = self.tacker
         self.services: dict[str, Any] = {**owned, **(services or {})}
         self._owned = [c for k, c in owned.items() if self.services[k] is c and k != INVENTORY]
         mode = settings.cluster.handlers
@@ -74,8 +81,14 @@ class Service:
         self.registry = registry or default_registry(
             settings.handlers.modules, cluster=settings.cluster, cluster_handlers=cluster_handlers
         )
+        self.echo = EchoFilter(self.store.tacker, settings.tacker, self.tacker)
         self.runner = Runner(
-            self.store, self.registry, settings.dispatch, self.services, metrics=self.metrics
+            self.store,
+            self.registry,
+            settings.dispatch,
+            self.services,
+            metrics=self.metrics,
+            echo=self.echo,
         )
         self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch, self.metrics)
         self.app = make_app(settings.http, self.store.events)
@@ -92,6 +105,19 @@ class Service:
         self.kafka: KafkaSource | None = build_kafka_source(settings, self.store.events)
         if self.kafka is not None:
             self._observe_kafka(self.kafka)
+        self.subscriptions: SubscriptionKeeper | None = None
+        self.reconciler: Reconciler | None = None
+        if self.tacker is not None and settings.tacker.subscribe_on_start:
+            self.subscriptions = SubscriptionKeeper(self.tacker, settings)
+            self.health.register("subscription", self.subscriptions.readiness)
+        if self.tacker is not None and settings.tacker.reconcile_interval > 0:
+            keeper = self.subscriptions
+            self.reconciler = Reconciler(
+                self.store,
+                self.tacker,
+                settings.tacker,
+                subscription_id=lambda: keeper.subscription_id if keeper else None,
+            )
         self._state = _State.UNOPENED
 
     def _observe_kafka(self, kafka: KafkaSource) -> None:
@@ -126,6 +152,11 @@ class Service:
                 # Returns at once; connecting and joining the group go on in
                 # the background (a broker that is down only delays ingest).
                 await self.kafka.start()
+            # After ingress: Tacker tests the callback with a GET while subscribing.
+            if self.subscriptions is not None:
+                await self.subscriptions.start()
+            if self.reconciler is not None:
+                await self.reconciler.start()
         except BaseException:
             await self.stop()
             raise
@@ -135,6 +166,10 @@ class Service:
         if self._state is _State.STOPPED:
             return
         self._state = _State.STOPPED
+        if self.reconciler is not None:
+            await self.reconciler.stop()
+        if self.subscriptions is not None:
+            await self.subscriptions.stop()
         if self.kafka is not None:
             await self.kafka.stop()
         await self.ingress.stop()

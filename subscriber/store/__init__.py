@@ -15,6 +15,7 @@ from subscriber.store.migrate import current_revision, head_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
 from subscriber.store.replays import ReplayStore
 from subscriber.store.tables import EventStatus, JobStatus, ReplayMode, StepStatus
+from subscriber.store.tacker_state import TackerStateStore
 from subscriber.store.writer import WriteQueue
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ReplayStore",
     "StepStatus",
     "Store",
+    "TackerStateStore",
     "dedup_key_of",
 ]
 
@@ -67,6 +69,7 @@ class Store:
         self.leases = LeaseStore(self.db, writer=self.writer)
         self.replays = ReplayStore(self.db, writer=self.writer)
         self.inventory = InventoryStore(self.db, writer=self.writer)
+        self.tacker = TackerStateStore(self.db, writer=self.writer)
 
     async def start(self) -> None:
         """Migrate (when asked) and start the event writer."""

@@ -281,6 +281,27 @@ class EventStore:
                 except Exception:
                     log.exception("append listener failed")
 
+    async def append_recorded(self, new: NewEvent, status: str, detail: str) -> AppendResult:
+        """Store a transition that must not run (e.g. one implied by a later state).
+
+        Written with ``status`` at once (never ``pending``), so no lane ever
+        picks it up; deduplicated like :meth:`append`. Listeners are not woken.
+        """
+        values = {**_row_values(new, time.time()), "status": status, "status_detail": detail}
+        stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
+            events.c.id
+        )
+        key = values["dedup_key"]
+
+        def write(conn: Connection) -> AppendResult:
+            row = conn.execute(stmt, [values]).first()
+            if row is not None:
+                return AppendResult(row[0], False)
+            existing = conn.scalar(sa.select(events.c.id).where(events.c.dedup_key == key))
+            return AppendResult(int(existing or 0), True)
+
+        return await self._writer.run(write, priority=INGEST)
+
     async def append_poison(
         self,
         *,

@@ -13,8 +13,10 @@ __all__ = [
     "cluster_nodes",
     "events",
     "jobs",
+    "kv",
     "leases",
     "metadata",
+    "own_op_occs",
     "steps",
 ]
 
@@ -166,5 +168,28 @@ cluster_nodes = sa.Table(
     sa.Column("ssh_ip", sa.String(64), nullable=False),
     sa.Column("compute_host", sa.String(255), nullable=True),
     sa.Column("cluster_ip", sa.String(64), nullable=True),  # the API address nodes join
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+# Our own write-backs: a row is written (op_occ_id NULL: "echo expected for
+# this instance") before each PATCH, and given the MODIFY_INFO op-occ id from
+# the 202's Location. Notifications of those op-occs are our echo.
+own_op_occs = sa.Table(
+    "own_op_occs",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("vnf_instance_id", sa.String(255), nullable=False),
+    sa.Column("op_occ_id", sa.String(255), nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("op_occ_id", name="uq_own_op_occs_op_occ"),
+)
+sa.Index("ix_own_op_occs_instance", own_op_occs.c.vnf_instance_id, own_op_occs.c.created_at)
+
+# Small named values that must survive a restart (the reconciler's watermark).
+kv = sa.Table(
+    "kv",
+    metadata,
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
 )

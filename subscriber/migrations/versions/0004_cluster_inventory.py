@@ -1,18 +1,15 @@
 """cluster inventory: the nodes of each VNF instance's cluster
 
 Revision ID: 0004
-Revises: 0002
-Create Date: 2026-11-24
-
-Numbered 0004 because 0003 is taken by the Tacker client's table; at merge time
-``down_revision`` is set to whatever is the newest revision on main.
+Revises: 0003
+Create Date: 2026-11-22
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,27 @@
+"""Talking back to Tacker: auth, the client, the echo filter, subscriptions, the reconciler."""
+
+from subscriber.tacker.client import TackerClient, vim_connection_entry
+from subscriber.tacker.echo import EchoFilter
+from subscriber.tacker.errors import (
+    TackerAuthError,
+    TackerConflict,
+    TackerOpFailed,
+    TackerRejected,
+    TackerUnavailable,
+)
+from subscriber.tacker.reconciler import Reconciler
+from subscriber.tacker.subscriptions import SubscriptionKeeper, ensure_subscription
+
+__all__ = [
+    "EchoFilter",
+    "Reconciler",
+    "SubscriptionKeeper",
+    "TackerAuthError",
+    "TackerClient",
+    "TackerConflict",
+    "TackerOpFailed",
+    "TackerRejected",
+    "TackerUnavailable",
+    "ensure_subscription",
+    "vim_connection_entry",
+]

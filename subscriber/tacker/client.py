@@ -1,0 +1,511 @@
+"""The Tacker client (aiohttp): VNF LCM v2 (and v1 where it differs), subscriptions, v1.0 VIMs.
+
+It implements :class:`handlers.ports.TackerApi` for the handlers (services key
+``"tacker"``) and the calls the CLI, the subscription keeper and the
+reconciler make. Every request goes through :meth:`TackerClient.request`:
+
+* ``Version`` on every LCM call (Tacker answers 400 without it), JSON bodies,
+  ``application/merge-patch+json`` on PATCH;
+* 409 (instance lock, an op-occ in FAILED_TEMP), 429, 5xx and connection
+  errors are retried in-process with exponential backoff and jitter, at most
+  ``retry_attempts`` times; past that the call raises a *transient* error, so a
+  step fails as retriable and the runner's persisted backoff takes over;
+* other 4xx raise a *permanent* error carrying Tacker's ProblemDetails detail;
+* a 401 makes the auth forget its token and the call is tried once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+import aiohttp
+
+from handlers.ports import ApiVersion, KubernetesAccess
+from subscriber.config import TackerSettings
+from subscriber.tacker.auth import TackerAuth, build_auth
+from subscriber.tacker.errors import (
+    TackerOpFailed,
+    TackerRejected,
+    TackerUnavailable,
+    error_for_status,
+    translate_errors,
+)
+
+__all__ = [
+    "EchoRecorder",
+    "Response",
+    "TackerClient",
+    "vim_connection_entry",
+]
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS = {"v1": "1.3.0", "v2": "2.0.0"}
+MERGE_PATCH = "application/merge-patch+json"
+KUBERNETES_V2 = "ETSINFV.KUBERNETES.V_1"
+_FAILED_STATES = {"FAILED_TEMP", "FAILED", "ROLLED_BACK"}
+
+
+class EchoRecorder(Protocol):
+    """Where the client records the write-backs it makes (the store's ``tacker`` part)."""
+
+    async def expect_echo(self, vnf_instance_id: str) -> int: ...
+
+    async def confirm_echo(self, intent_id: int, op_occ_id: str) -> None: ...
+
+    async def drop_echo(self, intent_id: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+class _State(enum.Enum):
+    UNOPENED = "unopened"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+def _entry_id(vnf_instance_id: str, key: str) -> str:
+    """A stable id for our entry, so a repeated write-back updates instead of adding."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lccn-subscriber:{vnf_instance_id}:{key}"))
+
+
+def vim_connection_entry(
+    vnf_instance_id: str, access: KubernetesAccess, *, key: str, api: ApiVersion
+) -> Any:
+    """Our complete Kubernetes ``vimConnectionInfo``: the v2 map, or the v1 list.
+
+    MODIFY_INFO does not fill anything in from the VIM DB, so the entry is complete.
+    """
+    vim_id = access.vim_id or _entry_id(vnf_instance_id, key + ":vim")
+    entry = {
+        "vimId": vim_id,
+        "interfaceInfo": {"endpoint": access.endpoint, "ssl_ca_cert": access.ssl_ca_cert},
+        "accessInfo": {"bearer_token": access.bearer_token.get_secret_value()},
+    }
+    if api == "v2":
+        return {key: {**entry, "vimType": KUBERNETES_V2}}
+    return [{"id": _entry_id(vnf_instance_id, key), **entry, "vimType": "kubernetes"}]
+
+
+class TackerClient:
+    """Talks to one Tacker.
+
+    Arguments:
+        settings: the ``tacker`` section.
+        echo: where write-backs are recorded before their PATCH (the echo
+            filter reads it); ``None`` in tools that never write back.
+        auth: override the auth built from ``settings`` (tests).
+
+    Usage::
+
+        async with TackerClient(settings.tacker, echo=store.tacker) as tacker:
+            await tacker.get_vnf_instance(inst_id)
+    """
+
+    def __init__(
+        self,
+        settings: TackerSettings,
+        *,
+        echo: EchoRecorder | None = None,
+        auth: TackerAuth | None = None,
+    ) -> None:
+        self.settings = settings
+        self._echo = echo
+        self._auth_override = auth
+        self._auth: TackerAuth | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._state = _State.UNOPENED
+        # Retried answers by status (0: no answer), for tests and diagnostics.
+        self.retried: Counter[int] = Counter()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the HTTP session (no request is made: Tacker may come up later).
+
+        Raises:
+            RuntimeError: started twice, or after stop.
+        """
+        if self._state is not _State.UNOPENED:
+            raise RuntimeError(f"TackerClient cannot start: it is {self._state.value}")
+        self._state = _State.OPEN
+        self._auth = self._auth_override or build_auth(self.settings)
+        ssl: Any = None if self.settings.verify_tls else False
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.settings.request_timeout),
+            connector=aiohttp.TCPConnector(ssl=ssl, limit=32),
+        )
+
+    async def stop(self) -> None:
+        """Close the session and the auth's threads (idempotent)."""
+        if self._state is _State.CLOSED:
+            return
+        self._state = _State.CLOSED
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+        if self._auth is not None:
+            self._auth.close()
+
+    async def __aenter__(self) -> TackerClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # -- the one request path ----------------------------------------------------
+
+    def _backoff(self, attempt: int) -> float:
+        s = self.settings
+        base: float = min(s.retry_max, s.retry_initial * 2.0 ** (attempt - 1))
+        return base * random.uniform(0.5, 1.0)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        expected: tuple[int, ...] = (200,),
+        api: ApiVersion | None = "v2",
+        content_type: str = "application/json",
+    ) -> Response:
+        """One call to Tacker, retried on 409/5xx/connection errors, errors translated.
+
+        Arguments:
+            path: below the endpoint, e.g. ``/vnflcm/v2/vnf_instances``.
+            expected: the statuses that count as success.
+            api: sets the ``Version`` header (``None``: none, for ``/v1.0``).
+
+        Returns:
+            the response, with its body read.
+
+        Raises:
+            TackerUnavailable: (transient) still 409/5xx/unreachable after the retries.
+            TackerRejected: (permanent) any other status, or auth refused.
+        """
+        if self._state is not _State.OPEN or self._session is None or self._auth is None:
+            raise RuntimeError(f"TackerClient is {self._state.value}")
+        what = f"Tacker {method} {path}"
+        data = None if body is None else json.dumps(body).encode()
+        reauthed = False
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with translate_errors(what):
+                    headers = {"Accept": "application/json", **await self._auth.headers()}
+                    if api is not None:
+                        headers["Version"] = API_VERSIONS[api]
+                    if data is not None:
+                        headers["Content-Type"] = content_type
+                    url = await self._auth.endpoint() + path
+                    async with self._session.request(
+                        method, url, data=data, params=params, headers=headers
+                    ) as resp:
+                        raw = await resp.read()
+                        result = Response(resp.status, dict(resp.headers), raw)
+            except TackerUnavailable as exc:
+                error: TackerUnavailable | TackerRejected = exc
+            else:
+                if result.status in expected:
+                    return result
+                if result.status == 401 and not reauthed:
+                    # The token may have expired or been revoked: one more try with a new one.
+                    reauthed = True
+                    attempt -= 1
+                    await self._auth.invalidate()
+                    continue
+                error = error_for_status(method, path, result.status, result.body)
+            if not isinstance(error, TackerUnavailable):
+                raise error
+            if attempt >= self.settings.retry_attempts:
+                raise type(error)(
+                    f"{error.message} (after {attempt} attempts)", status=error.status
+                ) from error
+            self.retried[error.status or 0] += 1
+            delay = self._backoff(attempt)
+            log.debug(
+                "tacker call will be retried",
+                extra={"method": method, "path": path, "status": error.status, "retry_in": delay},
+            )
+            await asyncio.sleep(delay)
+
+    async def _get_json(self, path: str, *, api: ApiVersion | None = "v2", **kw: Any) -> Any:
+        return (await self.request("GET", path, api=api, **kw)).json()
+
+    @staticmethod
+    def _lcm(api: ApiVersion) -> str:
+        return f"/vnflcm/{api}"
+
+    # -- VNF instances and op-occs -------------------------------------------------
+
+    async def get_vnf_instance(
+        self, vnf_instance_id: str, *, api: ApiVersion | None = None
+    ) -> dict[str, Any]:
+        """``GET vnf_instances/{id}`` (Tacker strips the secrets)."""
+        api = api or self.settings.api_version
+        data: dict[str, Any] = await self._get_json(
+            f"{self._lcm(api)}/vnf_instances/{vnf_instance_id}", api=api
+        )
+        return data
+
+    async def get_op_occ(self, op_occ_id: str, *, api: ApiVersion | None = None) -> dict[str, Any]:
+        """``GET vnf_lcm_op_occs/{id}``."""
+        api = api or self.settings.api_version
+        data: dict[str, Any] = await self._get_json(
+            f"{self._lcm(api)}/vnf_lcm_op_occs/{op_occ_id}", api=api
+        )
+        return data
+
+    async def list_op_occs(
+        self, filter: str | None = None, *, api: ApiVersion | None = None
+    ) -> list[dict[str, Any]]:
+        """``GET vnf_lcm_op_occs[?filter=...]``, following ``Link: rel="next"`` pages."""
+        api = api or self.settings.api_version
+        path = f"{self._lcm(api)}/vnf_lcm_op_occs"
+        params: dict[str, str] = {"filter": filter} if filter else {}
+        out: list[dict[str, Any]] = []
+        while True:
+            resp = await self.request("GET", path, params=params, api=api)
+            out.extend(resp.json() or [])
+            marker = _next_marker(resp.headers.get("Link", ""))
+            if marker is None:
+                return out
+            params = {**params, "nextpage_opaque_marker": marker}
+
+    async def patch_vnf_instance(
+        self, vnf_instance_id: str, body: dict[str, Any], *, api: ApiVersion | None = None
+    ) -> str:
+        """``PATCH vnf_instances/{id}`` (merge patch); the MODIFY_INFO op-occ id.
+
+        Raises:
+            TackerConflict: still 409 after the retries (the instance is busy).
+            TackerRejected: 400/404/422 ... (no op-occ was created).
+        """
+        api = api or self.settings.api_version
+        resp = await self.request(
+            "PATCH",
+            f"{self._lcm(api)}/vnf_instances/{vnf_instance_id}",
+            body=body,
+            api=api,
+            expected=(202,),
+            content_type=MERGE_PATCH if api == "v2" else "application/json",
+        )
+        location = resp.headers.get("Location", "")
+        if location:
+            return location.rstrip("/").rsplit("/", 1)[1]
+        # v1 may answer without Location: the newest MODIFY_INFO of the instance is ours.
+        occs = await self.list_op_occs(
+            f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,MODIFY_INFO)", api=api
+        )
+        if not occs:
+            raise TackerUnavailable(f"PATCH of {vnf_instance_id}: 202 but no MODIFY_INFO op-occ")
+        occs.sort(key=lambda o: str(o.get("startTime", "")))
+        return str(occs[-1]["id"])
+
+    async def wait_op_occ(
+        self, op_occ_id: str, *, api: ApiVersion | None = None, wait: float | None = None
+    ) -> dict[str, Any]:
+        """Poll the op-occ until COMPLETED; return it.
+
+        Raises:
+            TackerOpFailed: it ended FAILED_TEMP, FAILED or ROLLED_BACK (Tacker's error detail).
+            TackerUnavailable: still running after ``wait`` seconds (default ``op_wait_timeout``).
+        """
+        deadline = time.monotonic() + (wait or self.settings.op_wait_timeout)
+        while True:
+            occ = await self.get_op_occ(op_occ_id, api=api)
+            state = occ.get("operationState")
+            if state == "COMPLETED":
+                return occ
+            if state in _FAILED_STATES:
+                err = occ.get("error") or {}
+                detail = err.get("detail") or err.get("title") or "no detail"
+                raise TackerOpFailed(
+                    f"Tacker op-occ {op_occ_id} ({occ.get('operation')}) is {state}: {detail}"
+                )
+            if time.monotonic() >= deadline:
+                raise TackerUnavailable(f"Tacker op-occ {op_occ_id} still {state} after waiting")
+            await asyncio.sleep(self.settings.op_poll_interval)
+
+    # -- TackerApi: write-back ---------------------------------------------------
+
+    async def write_back(
+        self, vnf_instance_id: str, access: KubernetesAccess, *, api: ApiVersion = "v2"
+    ) -> str:
+        """PATCH our Kubernetes entry into ``vimConnectionInfo``; wait for its MODIFY_INFO.
+
+        The "echo expected" intent is durable before the PATCH leaves, and the
+        op-occ id is attached as soon as the 202 arrives, before waiting.
+
+        Returns:
+            the MODIFY_INFO op-occ id.
+
+        Raises:
+            TackerAuthError: the credentials were refused (nothing was sent to Tacker).
+            TackerUnavailable: 409/5xx past the retries, or the op-occ did not finish in time.
+            TackerRejected / TackerOpFailed: Tacker refused the PATCH or failed the op-occ.
+        """
+        body = {
+            "vimConnectionInfo": vim_connection_entry(
+                vnf_instance_id, access, key=self.settings.vim_key, api=api
+            )
+        }
+        # Authenticate first: wrong credentials fail here, before anything is recorded or sent.
+        assert self._auth is not None
+        with translate_errors("Tacker auth"):
+            await self._auth.headers()
+            await self._auth.endpoint()
+        intent = await self._echo.expect_echo(vnf_instance_id) if self._echo else None
+        try:
+            op_occ_id = await self.patch_vnf_instance(vnf_instance_id, body, api=api)
+        except TackerRejected:
+            # Definitely refused: no op-occ exists, so no echo will come.
+            if self._echo is not None and intent is not None:
+                await self._echo.drop_echo(intent)
+            raise
+        except TackerUnavailable as exc:
+            if self._echo is not None and intent is not None and exc.status is not None:
+                # Tacker answered (409/5xx): it made no op-occ.
+                await self._echo.drop_echo(intent)
+            raise
+        if self._echo is not None and intent is not None:
+            await self._echo.confirm_echo(intent, op_occ_id)
+        log.info(
+            "write-back sent",
+            extra={"vnfInstanceId": vnf_instance_id, "vnfLcmOpOccId": op_occ_id, "api": api},
+        )
+        await self.wait_op_occ(op_occ_id, api=api)
+        return op_occ_id
+
+    async def clear_write_back(self, vnf_instance_id: str, *, api: ApiVersion = "v1") -> None:
+        """Blank our entry's secrets (v1: its list merge can update, not delete, an entry).
+
+        v2 resets ``vimConnectionInfo`` itself at TERMINATE and cannot delete an
+        entry by PATCH (``"k8s": null`` is a 400), so v2 does nothing.
+        """
+        if api == "v2":
+            return
+        entry = {
+            "id": _entry_id(vnf_instance_id, self.settings.vim_key),
+            "interfaceInfo": {},
+            "accessInfo": {},
+        }
+        intent = await self._echo.expect_echo(vnf_instance_id) if self._echo else None
+        op_occ_id = await self.patch_vnf_instance(
+            vnf_instance_id, {"vimConnectionInfo": [entry]}, api=api
+        )
+        if self._echo is not None and intent is not None:
+            await self._echo.confirm_echo(intent, op_occ_id)
+        await self.wait_op_occ(op_occ_id, api=api)
+
+    # -- TackerApi: v1.0 VIMs ----------------------------------------------------
+
+    async def list_vims(self) -> list[dict[str, Any]]:
+        data = await self._get_json("/v1.0/vims", api=None)
+        return list((data or {}).get("vims", []))
+
+    async def register_vim(self, name: str, access: KubernetesAccess) -> str | None:
+        """``POST /v1.0/vims`` (type kubernetes), as the v1 driver's ``_create_vim`` did.
+
+        An existing VIM of that name is reused when its ``auth_url`` matches,
+        else replaced. Returns the VIM id, or None when ``register_vim`` is off.
+        """
+        if not self.settings.register_vim:
+            return None
+        for vim in await self.list_vims():
+            if vim.get("name") == name:
+                if vim.get("auth_url") == access.endpoint:
+                    return str(vim["id"])
+                await self.request("DELETE", f"/v1.0/vims/{vim['id']}", api=None, expected=(204,))
+        body = {
+            "vim": {
+                "type": "kubernetes",
+                "name": name,
+                "description": "registered by lccn-subscriber",
+                "is_default": False,
+                "auth_url": access.endpoint,
+                "auth_cred": {
+                    "bearer_token": access.bearer_token.get_secret_value(),
+                    "ssl_ca_cert": access.ssl_ca_cert,
+                },
+                "vim_project": {"name": "default"},
+            }
+        }
+        # Tacker without Keystone (noauth) needs the tenant in the body.
+        tenant = self.settings.noauth_project_id or self.settings.project_id
+        if tenant:
+            body["vim"]["tenant_id"] = tenant
+        resp = await self.request("POST", "/v1.0/vims", body=body, api=None, expected=(201,))
+        return str(resp.json()["vim"]["id"])
+
+    async def delete_vim(self, name: str) -> bool:
+        """Delete the VIM registered under ``name``; False if there was none (or it is off)."""
+        if not self.settings.register_vim:
+            return False
+        found = False
+        for vim in await self.list_vims():
+            if vim.get("name") == name:
+                await self.request(
+                    "DELETE", f"/v1.0/vims/{vim['id']}", api=None, expected=(204, 404)
+                )
+                found = True
+        return found
+
+    # -- subscriptions -----------------------------------------------------------
+
+    async def create_subscription(
+        self, body: dict[str, Any], *, api: ApiVersion | None = None
+    ) -> dict[str, Any]:
+        api = api or self.settings.api_version
+        # v1 answers 303 See Other for a duplicate (aiohttp follows it to the existing one).
+        resp = await self.request(
+            "POST", f"{self._lcm(api)}/subscriptions", body=body, api=api, expected=(201, 200)
+        )
+        data: dict[str, Any] = resp.json()
+        return data
+
+    async def list_subscriptions(self, *, api: ApiVersion | None = None) -> list[dict[str, Any]]:
+        api = api or self.settings.api_version
+        return list(await self._get_json(f"{self._lcm(api)}/subscriptions", api=api) or [])
+
+    async def delete_subscription(self, sub_id: str, *, api: ApiVersion | None = None) -> bool:
+        """DELETE one subscription; False if Tacker did not know it."""
+        api = api or self.settings.api_version
+        resp = await self.request(
+            "DELETE", f"{self._lcm(api)}/subscriptions/{sub_id}", api=api, expected=(204, 404)
+        )
+        return resp.status == 204
+
+
+def _next_marker(link: str) -> str | None:
+    """The ``nextpage_opaque_marker`` of a ``Link: <...>; rel="next"`` header, if any."""
+    for part in link.split(","):
+        if 'rel="next"' in part and "nextpage_opaque_marker=" in part:
+            url = part.split(";", 1)[0].strip().strip("<>")
+            return url.split("nextpage_opaque_marker=", 1)[1].split("&", 1)[0]
+    return None

@@ -1,0 +1,102 @@
+"""The echo filter: recognise notifications of the MODIFY_INFO op-occs our own PATCHes made.
+
+Tacker runs a MODIFY_INFO op-occ for each write-back and notifies about it
+(PROCESSING/START, then COMPLETED/RESULT). Those are our echo: stored with
+status ``echo`` and never routed to a handler. An operator's MODIFY_INFO is
+handled normally.
+
+The race: Tacker may send PROCESSING before our PATCH call has returned its
+202 (and so before we know the op-occ id). Two things close it:
+
+1. The write-back runs as a step of a job on the instance's lane, and every
+   notification of that instance queues on the same lane, so none of them is
+   looked at until the step (PATCH, id recorded, wait for COMPLETED) is over.
+   Other replicas cannot take the lane while we hold its lease.
+2. If the process died between the PATCH and recording the id, the intent
+   written *before* the PATCH is still open: a MODIFY_INFO of that instance is
+   then checked against Tacker, and is ours if its ``operationParams`` (the
+   PATCH body) carry our entry under our key and nothing else. It is then
+   recorded, so the next transition of that op-occ needs no Tacker call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from schemas import LcmOperationType, Notification, VnfLcmOperationOccurrenceNotification
+from subscriber.config import TackerSettings
+from subscriber.errors import LccnError
+from subscriber.store.tacker_state import TackerStateStore
+from subscriber.tacker.client import TackerClient, _entry_id
+
+__all__ = ["EchoFilter", "is_own_patch"]
+
+log = logging.getLogger(__name__)
+
+
+def is_own_patch(operation_params: Any, vnf_instance_id: str, key: str) -> bool:
+    """Whether a MODIFY_INFO's request body is exactly one of our write-backs."""
+    if not isinstance(operation_params, dict):
+        return False
+    if set(operation_params) - {"vimConnectionInfo"}:
+        return False
+    vci = operation_params.get("vimConnectionInfo")
+    if isinstance(vci, dict):  # v2 map
+        return set(vci) == {key}
+    if isinstance(vci, list):  # v1 list
+        return [e.get("id") for e in vci if isinstance(e, dict)] == [
+            _entry_id(vnf_instance_id, key)
+        ]
+    return False
+
+
+class EchoFilter:
+    """Decides whether a stored notification is our own echo.
+
+    Arguments:
+        store: the store's ``tacker`` part (own op-occs).
+        settings: the ``tacker`` section (our key, the intent TTL).
+        client: to check an op-occ with Tacker when an intent is open; None: table only.
+    """
+
+    def __init__(
+        self,
+        store: TackerStateStore,
+        settings: TackerSettings,
+        client: TackerClient | None = None,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._client = client
+
+    async def is_echo(self, notification: Notification) -> bool:
+        """True for a notification of one of our MODIFY_INFO op-occs."""
+        if not isinstance(notification, VnfLcmOperationOccurrenceNotification):
+            return False
+        if notification.operation is not LcmOperationType.MODIFY_INFO:
+            return False
+        occ_id = notification.vnfLcmOpOccId
+        if await self._store.is_own(occ_id):
+            return True
+        if self._client is None:
+            return False
+        since = time.time() - self._settings.echo_intent_ttl
+        if not await self._store.open_intents(notification.vnfInstanceId, since):
+            return False
+        try:
+            occ = await self._client.get_op_occ(occ_id)
+        except LccnError as exc:
+            # Unknown: handle it as an operator's MODIFY_INFO (routed, usually ignored).
+            log.warning(
+                "echo check with Tacker failed",
+                extra={"vnfLcmOpOccId": occ_id, "error": exc.message},
+            )
+            return False
+        if is_own_patch(
+            occ.get("operationParams"), notification.vnfInstanceId, self._settings.vim_key
+        ):
+            await self._store.record_own(notification.vnfInstanceId, occ_id)
+            return True
+        return False

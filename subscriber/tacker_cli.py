@@ -1,0 +1,82 @@
+"""``lccn-subscriber subscribe`` and ``lccn-subscriber subscriptions list|delete ID``.
+
+Wired into :mod:`subscriber.cli` with :func:`add_tacker_parsers`; each command
+gets the effective settings and prints one line per result (or JSON).
+Errors become one line on stderr (exit 2) through the CLI's ``CliError``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from subscriber.config import Settings
+from subscriber.errors import LccnError
+from subscriber.tacker.client import TackerClient
+from subscriber.tacker.subscriptions import ensure_subscription
+
+__all__ = ["add_tacker_parsers", "run_tacker_command"]
+
+
+def add_tacker_parsers(subparsers: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    """Add ``subscribe`` and ``subscriptions list|delete`` (``tacker_command`` says which)."""
+    sub = subparsers.add_parser(
+        "subscribe",
+        parents=list(parents),
+        help="create our LCCN subscription in Tacker, or verify it exists (idempotent)",
+    )
+    sub.add_argument("--callback-uri", help="override tacker.callback_uri")
+    sub.set_defaults(tacker_command="subscribe")
+    subs = subparsers.add_parser("subscriptions", help="Tacker's LCCN subscriptions")
+    cmds = subs.add_subparsers(dest="subscriptions_command", required=True)
+    ls = cmds.add_parser("list", parents=list(parents), help="list subscriptions")
+    ls.add_argument("--format", choices=("table", "json"), default="table")
+    ls.set_defaults(tacker_command="list")
+    rm = cmds.add_parser("delete", parents=list(parents), help="delete one subscription")
+    rm.add_argument("id")
+    rm.set_defaults(tacker_command="delete")
+
+
+async def _with_client(settings: Settings, fn: Callable[[TackerClient], Awaitable[Any]]) -> Any:
+    if not settings.tacker.configured:
+        raise LccnError("no Tacker configured: set tacker.endpoint or a Keystone tacker.auth_type")
+    async with TackerClient(settings.tacker) as client:
+        return await fn(client)
+
+
+async def run_tacker_command(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the parsed command; raises LccnError for the CLI to print."""
+    command = args.tacker_command
+    if command == "subscribe":
+        if args.callback_uri:
+            settings = settings.model_copy(
+                update={
+                    "tacker": settings.tacker.model_copy(update={"callback_uri": args.callback_uri})
+                }
+            )
+        result = await _with_client(settings, lambda c: ensure_subscription(c, settings))
+        sub = result.subscription
+        what = "created" if result.created else "exists"
+        note = " (its filter differs from the configured one)" if result.filter_differs else ""
+        print(f"subscription {sub.get('id')} {what}: {sub.get('callbackUri')}{note}")
+        return 0
+    if command == "list":
+        subs: list[dict[str, Any]] = await _with_client(settings, lambda c: c.list_subscriptions())
+        if args.format == "json":
+            print(json.dumps(subs, indent=2))
+        elif not subs:
+            print("(none)")
+        else:
+            for s in subs:
+                flt = json.dumps(s.get("filter") or {}, separators=(",", ":"))
+                print(f"{s.get('id')}  {s.get('callbackUri')}  {flt}")
+        return 0
+    if command == "delete":
+        deleted = await _with_client(settings, lambda c: c.delete_subscription(args.id))
+        if not deleted:
+            raise LccnError(f"no subscription {args.id} in Tacker")
+        print(f"subscription {args.id} deleted")
+        return 0
+    raise LccnError(f"unknown command {command!r}")

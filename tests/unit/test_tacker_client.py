@@ -1,0 +1,318 @@
+"""The Tacker client against small aiohttp servers that answer like Tacker (TACKER.md §4-§5):
+retry/backoff classification, write-back shape and echo intents, VIM registration, Keystone."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from pydantic import SecretStr
+
+from handlers.ports import KubernetesAccess
+from subscriber.config import DatabaseSettings, TackerSettings
+from subscriber.store import Store
+from subscriber.tacker import (
+    TackerAuthError,
+    TackerClient,
+    TackerConflict,
+    TackerOpFailed,
+    TackerRejected,
+    TackerUnavailable,
+)
+from subscriber.tacker.echo import is_own_patch
+from subscriber.tacker.reconciler import implied_states, notification_status, synthesise
+
+TOKEN = "k8s-bearer-" + uuid.uuid4().hex
+ACCESS = KubernetesAccess(
+    endpoint="https://10.0.0.5:6443",
+    ssl_ca_cert="-----BEGIN CERTIFICATE-----x",
+    bearer_token=SecretStr(TOKEN),
+)
+
+Route = Callable[[web.Request], Any]
+
+
+class FakeTacker:
+    """Answers each (method, path) from a script of statuses; records every request."""
+
+    def __init__(self) -> None:
+        self.script: dict[tuple[str, str], list[Any]] = {}
+        self.seen: list[tuple[str, str, dict[str, str], Any]] = []
+        self.app = web.Application()
+        self.app.router.add_route("*", "/{tail:.*}", self._handle)
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    def on(self, method: str, path: str, *answers: Any) -> None:
+        """Each answer: a status (empty body), (status, json), or (status, json, headers)."""
+        self.script[(method, path)] = list(answers)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        body = json.loads(raw) if raw else None
+        self.seen.append((request.method, request.path, dict(request.headers), body))
+        answers = self.script.get((request.method, request.path))
+        if not answers:
+            return web.json_response({"status": 404, "detail": "not scripted"}, status=404)
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, int):
+            answer = (answer, None)
+        status, data, *rest = answer
+        headers = rest[0] if rest else {}
+        if data is None:
+            return web.Response(status=status, headers=headers)
+        return web.json_response(data, status=status, headers=headers)
+
+    async def start(self) -> None:
+        self.runner = web.AppRunner(self.app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTacker]:
+    server = FakeTacker()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def settings(url: str, **kw: Any) -> TackerSettings:
+    base: dict[str, Any] = {
+        "endpoint": url,
+        "retry_attempts": 4,
+        "retry_initial": 0.01,
+        "retry_max": 0.05,
+        "op_poll_interval": 0.01,
+        "noauth_user_id": "u" * 32,
+        "noauth_project_id": "p" * 32,
+    }
+    return TackerSettings(**{**base, **kw})
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with Store(DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")) as s:
+        yield s
+
+
+INST = "/vnflcm/v2/vnf_instances/inst-1"
+
+
+async def test_409_then_503_then_success_is_retried(fake: FakeTacker) -> None:
+    fake.on("GET", INST, 409, 503, 502, (200, {"id": "inst-1"}))
+    async with TackerClient(settings(fake.url)) as client:
+        assert await client.get_vnf_instance("inst-1") == {"id": "inst-1"}
+        assert client.retried == {409: 1, 503: 1, 502: 1}
+    # Every call carries Version and the noauth context.
+    _, _, headers, _ = fake.seen[-1]
+    assert headers["Version"] == "2.0.0"
+    assert headers["X-Project-Id"] == "p" * 32 and headers["X-Roles"] == "admin"
+
+
+async def test_409_past_the_bound_is_transient(fake: FakeTacker) -> None:
+    detail = {"status": 409, "detail": "Other LCM operation of vnfInstance inst-1 is in progress."}
+    fake.on("PATCH", INST, (409, detail))
+    async with TackerClient(settings(fake.url)) as client:
+        with pytest.raises(TackerConflict) as info:
+            await client.patch_vnf_instance("inst-1", {"vnfInstanceName": "x"})
+    assert info.value.retriable
+    assert "in progress" in info.value.message and "after 4 attempts" in info.value.message
+    assert len(fake.seen) == 4
+
+
+async def test_5xx_past_the_bound_is_transient(fake: FakeTacker) -> None:
+    fake.on("GET", INST, 503)
+    async with TackerClient(settings(fake.url, retry_attempts=2)) as client:
+        with pytest.raises(TackerUnavailable) as info:
+            await client.get_vnf_instance("inst-1")
+    assert info.value.retriable and info.value.status == 503
+
+
+async def test_4xx_is_permanent_with_problem_detail_and_no_retry(fake: FakeTacker) -> None:
+    detail = {"status": 400, "title": "Bad Request", "detail": f"bad vimConnectionInfo {TOKEN}"}
+    fake.on("PATCH", INST, (400, detail))
+    async with TackerClient(settings(fake.url)) as client:
+        with pytest.raises(TackerRejected) as info:
+            await client.patch_vnf_instance("inst-1", {"vimConnectionInfo": {}})
+    assert not info.value.retriable
+    assert "400 bad vimConnectionInfo" in info.value.message
+    assert len(fake.seen) == 1
+
+
+async def test_unreachable_is_transient() -> None:
+    from tests.conftest import free_port
+
+    async with TackerClient(settings(f"http://127.0.0.1:{free_port()}", retry_attempts=2)) as c:
+        with pytest.raises(TackerUnavailable) as info:
+            await c.get_vnf_instance("inst-1")
+    assert info.value.retriable and info.value.status is None
+
+
+async def test_401_refreshes_the_token_once(fake: FakeTacker) -> None:
+    class CountingAuth:
+        def __init__(self) -> None:
+            self.invalidated = 0
+
+        async def endpoint(self) -> str:
+            return fake.url
+
+        async def headers(self) -> dict[str, str]:
+            return {"X-Auth-Token": f"tok{self.invalidated}"}
+
+        async def invalidate(self) -> None:
+            self.invalidated += 1
+
+        def close(self) -> None:
+            return None
+
+    auth = CountingAuth()
+    fake.on("GET", INST, 401, (200, {"id": "inst-1"}))
+    async with TackerClient(settings(fake.url), auth=auth) as client:
+        assert await client.get_vnf_instance("inst-1") == {"id": "inst-1"}
+    assert auth.invalidated == 1
+    assert [h["X-Auth-Token"] for _, _, h, _ in fake.seen] == ["tok0", "tok1"]
+    # A second 401 in a row is an auth failure, not a loop.
+    fake.on("GET", INST, 401)
+    async with TackerClient(settings(fake.url), auth=CountingAuth()) as client:
+        with pytest.raises(TackerAuthError):
+            await client.get_vnf_instance("inst-1")
+
+
+async def test_write_back_v2_sends_the_complete_entry_and_records_the_echo(
+    fake: FakeTacker, store: Store
+) -> None:
+    occ = f"occ-{uuid.uuid4().hex[:8]}"
+    loc = {"Location": f"{fake.url}/vnflcm/v2/vnf_lcm_op_occs/{occ}"}
+    fake.on("PATCH", INST, 409, (202, None, loc))
+    fake.on(
+        "GET",
+        f"/vnflcm/v2/vnf_lcm_op_occs/{occ}",
+        (200, {"id": occ, "operation": "MODIFY_INFO", "operationState": "PROCESSING"}),
+        (200, {"id": occ, "operation": "MODIFY_INFO", "operationState": "COMPLETED"}),
+    )
+    async with TackerClient(settings(fake.url), echo=store.tacker) as client:
+        assert await client.write_back("inst-1", ACCESS) == occ
+    patches = [s for s in fake.seen if s[0] == "PATCH"]
+    _, _, headers, body = patches[-1]
+    assert headers["Content-Type"] == "application/merge-patch+json"
+    entry = body["vimConnectionInfo"]["k8s"]
+    assert entry["vimType"] == "ETSINFV.KUBERNETES.V_1"
+    assert entry["interfaceInfo"] == {
+        "endpoint": ACCESS.endpoint,
+        "ssl_ca_cert": ACCESS.ssl_ca_cert,
+    }
+    assert entry["accessInfo"] == {"bearer_token": TOKEN}
+    assert entry["vimId"]
+    assert is_own_patch(body, "inst-1", "k8s")
+    assert await store.tacker.is_own(occ)
+    assert await store.tacker.open_intents("inst-1", 0) == 0
+
+
+async def test_write_back_v1_uses_the_list_form(fake: FakeTacker, store: Store) -> None:
+    occ = "occ-v1"
+    fake.on(
+        "PATCH",
+        "/vnflcm/v1/vnf_instances/inst-1",
+        (202, None, {"Location": f"{fake.url}/vnflcm/v1/vnf_lcm_op_occs/{occ}"}),
+    )
+    fake.on("GET", f"/vnflcm/v1/vnf_lcm_op_occs/{occ}", (200, {"operationState": "COMPLETED"}))
+    async with TackerClient(settings(fake.url), echo=store.tacker) as client:
+        await client.write_back("inst-1", ACCESS, api="v1")
+        await client.clear_write_back("inst-1", api="v1")
+    first, second = (s for s in fake.seen if s[0] == "PATCH")
+    assert first[2]["Version"] == "1.3.0"
+    [entry] = first[3]["vimConnectionInfo"]
+    assert entry["vimType"] == "kubernetes" and entry["accessInfo"]["bearer_token"] == TOKEN
+    [cleared] = second[3]["vimConnectionInfo"]
+    assert cleared == {"id": entry["id"], "interfaceInfo": {}, "accessInfo": {}}
+
+
+async def test_write_back_refused_or_failed(fake: FakeTacker, store: Store) -> None:
+    fake.on("PATCH", INST, (400, {"status": 400, "detail": "NOT_INSTANTIATED"}))
+    async with TackerClient(settings(fake.url), echo=store.tacker) as client:
+        with pytest.raises(TackerRejected, match="NOT_INSTANTIATED"):
+            await client.write_back("inst-1", ACCESS)
+        # No op-occ was made: the intent is gone, so no MODIFY_INFO is taken for ours.
+        assert await store.tacker.open_intents("inst-1", 0) == 0
+        occ = "occ-failed"
+        fake.on("PATCH", INST, (202, None, {"Location": f"x/vnf_lcm_op_occs/{occ}"}))
+        fake.on(
+            "GET",
+            f"/vnflcm/v2/vnf_lcm_op_occs/{occ}",
+            (200, {"operationState": "FAILED_TEMP", "error": {"detail": "script failed"}}),
+        )
+        with pytest.raises(TackerOpFailed, match="FAILED_TEMP: script failed") as info:
+            await client.write_back("inst-1", ACCESS)
+        assert not info.value.retriable
+    assert TOKEN not in str(info.value)
+
+
+async def test_vim_registration_follows_the_v1_0_exchange(fake: FakeTacker) -> None:
+    """Recorded from TACKER.md §5: the real bed has no Barbican, so it refuses to store VIM
+    secrets (and would try to reach the cluster); this fake answers as Tacker does."""
+    vim_id = str(uuid.uuid4())
+    fake.on("GET", "/v1.0/vims", (200, {"vims": []}))
+    fake.on("POST", "/v1.0/vims", (201, {"vim": {"id": vim_id, "name": "kubernetes_vim_x"}}))
+    async with TackerClient(settings(fake.url)) as off:
+        assert await off.register_vim("kubernetes_vim_x", ACCESS) is None
+    async with TackerClient(settings(fake.url, register_vim=True)) as client:
+        assert await client.register_vim("kubernetes_vim_x", ACCESS) == vim_id
+        post = next(s for s in fake.seen if s[0] == "POST")
+        assert "Version" not in post[2]
+        vim = post[3]["vim"]
+        assert vim["type"] == "kubernetes" and vim["auth_url"] == ACCESS.endpoint
+        assert vim["auth_cred"] == {"bearer_token": TOKEN, "ssl_ca_cert": ACCESS.ssl_ca_cert}
+        assert vim["tenant_id"] == "p" * 32
+        # Same name and URL: reused, not posted again.
+        fake.on(
+            "GET",
+            "/v1.0/vims",
+            (
+                200,
+                {"vims": [{"id": vim_id, "name": "kubernetes_vim_x", "auth_url": ACCESS.endpoint}]},
+            ),
+        )
+        assert await client.register_vim("kubernetes_vim_x", ACCESS) == vim_id
+        assert sum(s[0] == "POST" for s in fake.seen) == 1
+        fake.on("DELETE", f"/v1.0/vims/{vim_id}", 204)
+        assert await client.delete_vim("kubernetes_vim_x") is True
+        fake.on("GET", "/v1.0/vims", (200, {"vims": []}))
+        assert await client.delete_vim("kubernetes_vim_x") is False
+
+
+def test_synthesised_notifications_follow_tackers_rules() -> None:
+    assert implied_states("INSTANTIATE", "COMPLETED") == ["STARTING", "PROCESSING"]
+    assert implied_states("MODIFY_INFO", "COMPLETED") == ["PROCESSING"]
+    assert implied_states("SCALE", "ROLLED_BACK") == ["STARTING"]
+    assert implied_states("HEAL", "STARTING") == []
+    assert notification_status("MODIFY_INFO", "PROCESSING", "v2") == "START"
+    assert notification_status("SCALE", "PROCESSING", "v2") == "RESULT"
+    assert notification_status("SCALE", "PROCESSING", "v1") == "START"
+    occ = {
+        "id": "o1",
+        "operation": "SCALE",
+        "operationState": "FAILED_TEMP",
+        "vnfInstanceId": "i1",
+        "stateEnteredTime": "2026-05-01T00:00:00Z",
+        "isAutomaticInvocation": False,
+        "resourceChanges": {"affectedVnfcs": [{"id": "v"}]},
+        "error": {"status": 500, "detail": "boom"},
+    }
+    body = synthesise(occ, "FAILED_TEMP", api="v2", subscription_id="s", current=True)
+    assert body["notificationStatus"] == "RESULT" and body["error"]["detail"] == "boom"
+    assert body["affectedVnfcs"] == [{"id": "v"}] and body["timeStamp"] == occ["stateEnteredTime"]
+    past = synthesise(occ, "STARTING", api="v2", subscription_id="s", current=False)
+    assert past["notificationStatus"] == "START" and "error" not in past
