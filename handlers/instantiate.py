@@ -309,6 +309,15 @@ def _join_workers(job: ClusterJob) -> Step:
                 env=job.script_env(worker),
                 secrets=[token],
             )
+            if not result.ok and await is_member(job, worker):
+                # A join cut off earlier (crash, kill) can still finish on the
+                # node and register it under our feet; this one then fails.
+                # Converge instead of failing for good: the retry sees it joined.
+                raise TransientStepError(
+                    f"{worker.name} was registered by an earlier join that was cut off; "
+                    "checking again",
+                    step="join-workers",
+                )
             result.check(step="join-workers")
 
         outcomes = await asyncio.gather(*(one(w) for w in todo), return_exceptions=True)
