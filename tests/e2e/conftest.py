@@ -19,9 +19,9 @@ import pytest
 from tests.openstack_sim.process import SimProcess
 from tests.ssh.conftest import bed as hosts
 from tests.ssh.conftest import testhosts
-from tests.tacker.conftest import bed, tacker
+from tests.tacker.conftest import bed, recorder, tacker
 
-__all__ = ["bed", "hosts", "tacker", "testhosts"]
+__all__ = ["bed", "hosts", "recorder", "tacker", "testhosts"]
 
 HERE = Path(__file__).parent
 
