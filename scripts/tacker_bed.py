@@ -91,6 +91,7 @@ class BedState:
     vnfd_id: str | None = None
     started_in: float = 0.0
     watchdog_pid: int | None = None
+    vhost: str = ""  # the bed's own RabbitMQ vhost ("" = the default one)
 
     @property
     def url(self) -> str:
@@ -160,7 +161,7 @@ bind_port = {state.port}
 api_workers = 1
 state_path = {work}/state
 api_paste_config = {work}/api-paste.ini
-transport_url = rabbit://guest:guest@127.0.0.1:5672/
+transport_url = rabbit://guest:guest@127.0.0.1:5672/{state.vhost}
 control_exchange = {exchange}
 use_stderr = false
 debug = false
@@ -274,6 +275,24 @@ def _ready(state: BedState) -> bool:
     return log.is_file() and _READY_LINE in log.read_text(errors="replace")
 
 
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+
+def _create_vhost(name: str) -> str:
+    """A RabbitMQ vhost of the bed's own; "" (the shared default) without rabbitmqctl.
+
+    Tacker's RPC queues have fixed names (``TACKER_CONDUCTOR``, ``..._V2``) whatever
+    ``control_exchange`` says, so two beds on one vhost consume each other's casts: a
+    package upload handled by the other bed's conductor never onboards here.
+    """
+    if shutil.which("rabbitmqctl") is None:
+        return ""
+    _rabbitmqctl("add_vhost", name)
+    _rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    return name
+
+
 def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> BedState:
     """Start conductor and server; returns once the v2 API and the conductor are ready.
 
@@ -297,6 +316,7 @@ def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> Be
     )
     try:
         _psql_python(f'CREATE DATABASE "{db}"')
+        state.vhost = _create_vhost(db)
         conf = _write_config(state)
         bin_dir = tacker_venv() / "bin"
         manage = subprocess.run(
@@ -419,6 +439,12 @@ def stop(state: BedState, *, grace: float = 5.0) -> None:
             _psql_python(f'DROP DATABASE IF EXISTS "{state.database}" WITH (FORCE)')
         except (subprocess.SubprocessError, OSError) as exc:
             print(f"warning: could not drop {state.database}: {exc}", file=sys.stderr)
+    if state.vhost:
+        try:
+            _rabbitmqctl("delete_vhost", state.vhost)
+        except (subprocess.SubprocessError, OSError) as exc:
+            print(f"warning: could not delete vhost {state.vhost}: {exc}", file=sys.stderr)
+        state.vhost = ""
     if state.workdir and os.environ.get("LCCN_TACKER_BED_KEEP") != "1":
         shutil.rmtree(state.workdir, ignore_errors=True)
 
