@@ -245,13 +245,22 @@ async def test_patch_while_tacker_holds_the_lock_lands_after_backoff(
     bed: tb.BedState, sim: SimProcess, tacker: SyncTacker
 ) -> None:
     inst, _ = await instantiate(tacker, bed, sim)
-    # A SCALE_OUT holds the instance lock for a second or more: the PATCH gets real 409s.
-    scale = await asyncio.to_thread(
-        tacker.start_op, inst, "scale", {"type": "SCALE_OUT", "aspectId": "workerNode_scale"}
-    )
-    async with TackerClient(tacker_settings(bed)) as client:
-        modify_occ = await client.write_back(inst, wb.ACCESS)
-        assert client.retried[409] >= 1, client.retried
+    # A SCALE_OUT holds the instance lock while Heat updates the stack; Heat is
+    # made to take 3 s over it, so the PATCH is sure to meet real 409s first.
+    with sim.control.fault(
+        service="orchestration",
+        method="PATCH",
+        path=r"/stacks/vnf-[^/]+/[^/]+$",
+        status=None,
+        delay=3.0,
+        times=1,
+    ):
+        scale = await asyncio.to_thread(
+            tacker.start_op, inst, "scale", {"type": "SCALE_OUT", "aspectId": "workerNode_scale"}
+        )
+        async with TackerClient(tacker_settings(bed)) as client:
+            modify_occ = await client.write_back(inst, wb.ACCESS)
+            assert client.retried[409] >= 1, client.retried
     assert (await asyncio.to_thread(tacker.op_occ, scale))["operationState"] == "COMPLETED"
     assert (await asyncio.to_thread(tacker.op_occ, modify_occ))["operationState"] == "COMPLETED"
     shown = await asyncio.to_thread(tacker.show, inst)
