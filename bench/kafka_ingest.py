@@ -142,6 +142,16 @@ class _Timed:
             self.finished.set()
         return result
 
+    async def append_many(self, news: list[NewEvent]) -> list[AppendResult]:
+        if not self.first:
+            self.first = time.perf_counter()
+        results = await self._events.append_many(news)
+        self.done += len(news)
+        if self.done >= self._count:
+            self.last = time.perf_counter()
+            self.finished.set()
+        return results
+
     async def append_poison(self, **kwargs: Any) -> AppendResult:
         return await self._events.append_poison(**kwargs)
 

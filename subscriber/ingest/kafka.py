@@ -70,6 +70,8 @@ class EventSink(Protocol):
 
     async def append(self, new: NewEvent) -> AppendResult: ...
 
+    async def append_many(self, news: Sequence[NewEvent]) -> list[AppendResult]: ...
+
     async def append_poison(
         self,
         *,
@@ -417,9 +419,47 @@ class KafkaSource:
             log.error("kafka append task failed", exc_info=task.exception())
 
     async def _store_batch(self, work: Sequence[tuple[KafkaRecord, Ticket]]) -> None:
-        # All records of a fetch are appended concurrently: the store commits
-        # them in shared transactions (group commit).
-        await asyncio.gather(*(self._store_one(record, ticket) for record, ticket in work))
+        # The valid records of a fetch go to the store in one call and join
+        # one group commit; poison records are kept one by one.
+        valid: list[tuple[Ticket, NewEvent]] = []
+        poison: list[tuple[KafkaRecord, Ticket]] = []
+        for record, ticket in work:
+            try:
+                valid.append((ticket, decode_record(record, self._settings.client_id)))
+            except Exception:
+                poison.append((record, ticket))
+        try:
+            if valid:
+                results = await self._append_many_with_retry([new for _, new in valid])
+                for (ticket, _), result in zip(valid, results, strict=True):
+                    if result.duplicate:
+                        self._duplicates += 1
+                    else:
+                        self._stored += 1
+                    self._tracker.done(ticket)
+        finally:
+            self._in_flight -= len(valid)
+            self._progress.set()
+        await asyncio.gather(*(self._store_one(record, ticket) for record, ticket in poison))
+
+    async def _append_many_with_retry(self, news: list[NewEvent]) -> list[AppendResult]:
+        delay = self._settings.store_backoff_initial
+        while True:
+            try:
+                results = await self._sink.append_many(news)
+            except Exception as exc:
+                # Keep the records, hold their offsets, try again (dedup makes
+                # the records already stored in a failed batch harmless).
+                self._store_ok = False
+                self._note_error("store", exc)
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, self._settings.store_backoff_max)
+                continue
+            if not self._store_ok:
+                self._store_ok = True
+                self._logged_errors = {e for e in self._logged_errors if not e.startswith("store")}
+                log.info("kafka source: store is taking appends again")
+            return results
 
     async def _store_one(self, record: KafkaRecord, ticket: Ticket) -> None:
         try:

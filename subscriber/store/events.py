@@ -177,6 +177,23 @@ class EventStore:
         self._queue.put_nowait(_Pending(_row_values(new, time.time()), future))
         return await future
 
+    async def append_many(self, news: Sequence[NewEvent]) -> builtins.list[AppendResult]:
+        """Like :meth:`append` for many events at once (a Kafka fetch): one call, no task each.
+
+        All of them join the group commit together; returns their results in
+        order once every one is committed. Raises like :meth:`append` if any fails.
+        """
+        if self._closed or self._task is None:
+            raise StoreError("event store is not running")
+        loop = asyncio.get_running_loop()
+        now = time.time()
+        futures: builtins.list[asyncio.Future[AppendResult]] = []
+        for new in news:
+            future: asyncio.Future[AppendResult] = loop.create_future()
+            self._queue.put_nowait(_Pending(_row_values(new, now), future))
+            futures.append(future)
+        return builtins.list(await asyncio.gather(*futures))
+
     async def _write_loop(self) -> None:
         while True:
             first = await self._queue.get()

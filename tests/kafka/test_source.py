@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -172,6 +173,14 @@ class _SlowSink:
             self._slow -= 1
             await asyncio.sleep(self._delay)
         return await self._inner.append(new)
+
+    async def append_many(self, news: Sequence[NewEvent]) -> list[AppendResult]:
+        for new in news:
+            self.calls[new.dedup_key] = self.calls.get(new.dedup_key, 0) + 1
+        if self._slow > 0:
+            self._slow -= len(news)
+            await asyncio.sleep(self._delay)
+        return await self._inner.append_many(news)
 
     async def append_poison(self, **kwargs: Any) -> AppendResult:
         return await self._inner.append_poison(**kwargs)
