@@ -105,9 +105,22 @@ class TackerClient:
         return self._ok(200, "GET", "/vnflcm/v2/vnf_lcm_op_occs")[1]  # type: ignore[no-any-return]
 
     def start_op(self, inst_id: str, task: str, body: dict[str, Any]) -> str:
-        """POST an LCM task (instantiate, scale, heal, terminate); returns the op-occ id."""
-        headers, _ = self._ok(202, "POST", f"/vnflcm/v2/vnf_instances/{inst_id}/{task}", body)
-        return str(headers["Location"].rsplit("/", 1)[1])
+        """POST an LCM task (instantiate, scale, heal, terminate); returns the op-occ id.
+
+        Tacker still holds the instance lock for a moment after an op-occ reads
+        COMPLETED (its last notification is sent from a thread under the lock),
+        so a task started right after another gets 409 for up to ~0.3 s: retry
+        those, briefly, as an operator's client would.
+        """
+        path = f"/vnflcm/v2/vnf_instances/{inst_id}/{task}"
+        deadline = time.monotonic() + 10.0
+        while True:
+            status, headers, resp = self.call("POST", path, body)
+            if status == 409 and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            assert status == 202, f"POST {path}: {status} {resp}"
+            return str(headers["Location"].rsplit("/", 1)[1])
 
     def modify(self, inst_id: str, body: dict[str, Any]) -> str:
         headers, _ = self._ok(
