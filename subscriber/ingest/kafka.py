@@ -29,10 +29,10 @@ import logging
 import random
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, KafkaError
@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 # How long one getmany() waits for records; also how quickly the loop notices
 # that it may resume paused partitions or must stop.
 _POLL_TIMEOUT_MS = 200
+
+
+T = TypeVar("T")
 
 
 class EventSink(Protocol):
@@ -443,13 +446,20 @@ class KafkaSource:
         await asyncio.gather(*(self._store_one(record, ticket) for record, ticket in poison))
 
     async def _append_many_with_retry(self, news: list[NewEvent]) -> list[AppendResult]:
+        return await self._store_retrying(lambda: self._sink.append_many(news))
+
+    async def _store_retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a store call until it succeeds, backing off while the store is unavailable.
+
+        StoreUnavailable, a stopped store, a driver error: the records are
+        kept and their offsets held, so nothing is committed past them; dedup
+        makes whatever a failed call did store harmless on the next try.
+        """
         delay = self._settings.store_backoff_initial
         while True:
             try:
-                results = await self._sink.append_many(news)
+                result = await call()
             except Exception as exc:
-                # Keep the records, hold their offsets, try again (dedup makes
-                # the records already stored in a failed batch harmless).
                 self._store_ok = False
                 self._note_error("store", exc)
                 await asyncio.sleep(delay * (0.5 + random.random()))
@@ -459,7 +469,7 @@ class KafkaSource:
                 self._store_ok = True
                 self._logged_errors = {e for e in self._logged_errors if not e.startswith("store")}
                 log.info("kafka source: store is taking appends again")
-            return results
+            return result
 
     async def _store_one(self, record: KafkaRecord, ticket: Ticket) -> None:
         try:
@@ -492,36 +502,22 @@ class KafkaSource:
     async def _append_with_retry(
         self, record: KafkaRecord, new: NewEvent | None, rejected: RecordRejected | None
     ) -> AppendResult:
-        delay = self._settings.store_backoff_initial
-        while True:
-            try:
-                if new is not None:
-                    result = await self._sink.append(new)
-                else:
-                    assert rejected is not None
-                    meta = record_meta(record, self._settings.client_id)
-                    if rejected.field:
-                        meta["field"] = rejected.field
-                    result = await self._sink.append_poison(
-                        source="kafka",
-                        raw=record.value or b"",
-                        error=rejected.error,
-                        dedup_key=poison_dedup_key(record),
-                        meta=meta,
-                    )
-            except Exception as exc:
-                # StoreUnavailable, a stopped store, a driver error: keep the
-                # record, hold its offset, try again. Nothing is committed past it.
-                self._store_ok = False
-                self._note_error("store", exc)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, self._settings.store_backoff_max)
-                continue
-            if not self._store_ok:
-                self._store_ok = True
-                self._logged_errors = {e for e in self._logged_errors if not e.startswith("store")}
-                log.info("kafka source: store is taking appends again")
-            return result
+        if new is not None:
+            event = new
+            return await self._store_retrying(lambda: self._sink.append(event))
+        assert rejected is not None
+        meta = record_meta(record, self._settings.client_id)
+        if rejected.field:
+            meta["field"] = rejected.field
+        return await self._store_retrying(
+            lambda: self._sink.append_poison(
+                source="kafka",
+                raw=record.value or b"",
+                error=rejected.error,
+                dedup_key=poison_dedup_key(record),
+                meta=meta,
+            )
+        )
 
     async def _drain(self, within: float, tps: Iterable[Partition] | None = None) -> bool:
         """Wait until no append is in flight (for ``tps``, or at all); ``False`` on timeout."""
