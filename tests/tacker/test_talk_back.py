@@ -258,6 +258,14 @@ async def test_patch_while_tacker_holds_the_lock_lands_after_backoff(
         scale = await asyncio.to_thread(
             tacker.start_op, inst, "scale", {"type": "SCALE_OUT", "aspectId": "workerNode_scale"}
         )
+
+        # The conductor takes the lock when it picks the op up (STARTING can
+        # precede that); by PROCESSING it holds it for the delayed Heat update.
+        async def processing() -> bool:
+            occ = await asyncio.to_thread(tacker.op_occ, scale)
+            return occ["operationState"] in ("PROCESSING", "COMPLETED")
+
+        await wait_until(processing, what="the SCALE_OUT to reach PROCESSING")
         async with TackerClient(tacker_settings(bed)) as client:
             modify_occ = await client.write_back(inst, wb.ACCESS)
             assert client.retried[409] >= 1, client.retried
