@@ -5,16 +5,18 @@ offset is committed only after it, and every record before it in its partition,
 is durably in the store; redeliveries (and the HTTP copy of the same transition)
 collapse on the store's dedup key.
 
-The poll loop only fetches and hands records to append tasks; it never waits on
-the store. While too many records are in flight (a slow or unavailable store),
-it pauses its partitions and keeps polling, so aiokafka's ``max_poll_interval``
-never expires and the group never rebalances because of us (aiokafka #848).
+The poll loop only fetches and hands records to append tasks; it never blocks
+on the store. When ``max_in_flight`` records wait for it, the loop waits up to
+a second for appends to finish (pausing would drop what aiokafka prefetched);
+if the store is still behind, it pauses its partitions and keeps polling, so
+aiokafka's ``max_poll_interval`` never expires and the group never rebalances
+because of us (aiokafka #848).
 Records that are not notifications are stored as poison and committed past.
 
 ::
 
-    poll loop ──getmany──> append tasks (one per fetched batch, records in parallel)
-        │                        │ store.append / append_poison, retried with backoff
+    poll loop ──getmany──> append tasks (one per fetched batch, one append_many each)
+        │                        │ store.append_many / append_poison, retried with backoff
         │ pause/resume           v
         └──────────────── OffsetTracker ──> committer (every commit_interval,
                                             and before partitions are revoked)
@@ -370,49 +372,80 @@ class KafkaSource:
             self._broker_ok = False
 
     async def _poll_loop(self, consumer: Any) -> None:
-        settings = self._settings
-        while True:
-            self._update_pause(consumer)
-            try:
-                batches = await consumer.getmany(
-                    timeout_ms=_POLL_TIMEOUT_MS, max_records=settings.max_poll_records
-                )
-            except ConsumerStoppedError:
-                return
-            except KafkaError as exc:
-                # Fetch-level errors (authorization, offsets out of range
-                # without a reset policy): note, back off, keep polling so the
-                # group membership stays alive.
-                self._note_error("poll", exc)
-                await asyncio.sleep(settings.retry_backoff)
-                continue
-            if not batches:
-                continue
-            work: list[tuple[KafkaRecord, Ticket]] = []
-            for tp, records in batches.items():
-                part = Partition(tp.topic, tp.partition)
-                for record in records:
-                    work.append((record, self._tracker.track(part, record.offset)))
-            self._in_flight += len(work)
-            task = asyncio.create_task(self._store_batch(work), name="kafka-source-append")
-            self._batches.add(task)
-            task.add_done_callback(self._batch_done)
-
-    def _update_pause(self, consumer: Any) -> None:
         limit = self._settings.max_in_flight
+        # How long the loop waits for a behind store before pausing, and how
+        # often it polls while paused: well inside max_poll_interval.
+        hold = min(1.0, self._settings.max_poll_timeout / 4)
+        full_since: float | None = None
+        while True:
+            if self._in_flight >= limit or (self._paused and self._in_flight > limit // 2):
+                # The store is behind. Wait for it rather than pause at once:
+                # pausing a partition drops the records aiokafka prefetched
+                # for it, and they are fetched again on resume.
+                now = time.monotonic()
+                full_since = full_since if full_since is not None else now
+                if not self._paused and now - full_since >= hold:
+                    self._pause(consumer)
+                self._progress.clear()
+                wait = hold if self._paused else full_since + hold - now
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._progress.wait(), wait)
+                if self._paused:
+                    # A poll keeps the membership alive; paused partitions
+                    # return nothing, so re-pause any assigned since.
+                    self._pause(consumer)
+                    if not await self._poll(consumer, 0):
+                        return
+                continue
+            full_since = None
+            if self._paused:
+                self._resume(consumer)
+            if not await self._poll(consumer, _POLL_TIMEOUT_MS):
+                return
+
+    async def _poll(self, consumer: Any, timeout_ms: int) -> bool:
+        """One ``getmany``, its records handed to an append task; ``False`` once stopped."""
+        settings = self._settings
+        try:
+            batches = await consumer.getmany(
+                timeout_ms=timeout_ms, max_records=settings.max_poll_records
+            )
+        except ConsumerStoppedError:
+            return False
+        except KafkaError as exc:
+            # Fetch-level errors (authorization, offsets out of range
+            # without a reset policy): note, back off, keep polling so the
+            # group membership stays alive.
+            self._note_error("poll", exc)
+            await asyncio.sleep(settings.retry_backoff)
+            return True
+        if not batches:
+            return True
+        work: list[tuple[KafkaRecord, Ticket]] = []
+        for tp, records in batches.items():
+            part = Partition(tp.topic, tp.partition)
+            for record in records:
+                work.append((record, self._tracker.track(part, record.offset)))
+        self._in_flight += len(work)
+        task = asyncio.create_task(self._store_batch(work), name="kafka-source-append")
+        self._batches.add(task)
+        task.add_done_callback(self._batch_done)
+        return True
+
+    def _pause(self, consumer: Any) -> None:
         assignment = consumer.assignment()
-        if self._in_flight >= limit:
-            # Pause every assigned partition (new ones after a rebalance too).
-            if assignment:
-                consumer.pause(*assignment)
-            if not self._paused:
-                self._paused = True
-                log.info("kafka source paused: %d records waiting for the store", self._in_flight)
-        elif self._paused and self._in_flight <= limit // 2:
-            if assignment:
-                consumer.resume(*assignment)
-            self._paused = False
-            log.info("kafka source resumed")
+        if assignment:
+            consumer.pause(*assignment)
+        if not self._paused:
+            self._paused = True
+            log.info("kafka source paused: %d records waiting for the store", self._in_flight)
+
+    def _resume(self, consumer: Any) -> None:
+        assignment = consumer.assignment()
+        if assignment:
+            consumer.resume(*assignment)
+        self._paused = False
+        log.info("kafka source resumed")
 
     # -- appends -------------------------------------------------------------
 
