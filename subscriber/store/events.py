@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,11 +89,100 @@ def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
 
 
 class _Pending:
-    __slots__ = ("future", "values")
+    """One append call's rows and the future of their results (no rows: stop)."""
 
-    def __init__(self, values: dict[str, Any], future: asyncio.Future[AppendResult]) -> None:
-        self.values = values
+    __slots__ = ("future", "rows")
+
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        future: asyncio.Future[list[AppendResult]],
+    ) -> None:
+        self.rows = rows
         self.future = future
+
+
+# Columns of an appended row, in the order of the SQLite fast path's INSERT.
+_APPEND_COLUMNS = (
+    "received_at",
+    "updated_at",
+    "source",
+    "notification_type",
+    "notification_id",
+    "vnf_instance_id",
+    "vnf_lcm_op_occ_id",
+    "operation",
+    "operation_state",
+    "notification_status",
+    "state_rank",
+    "dedup_key",
+    "api_version",
+    "body",
+    "meta",
+    "status",
+    "status_detail",
+)
+_SQLITE_ROW = f"({', '.join('?' * (len(_APPEND_COLUMNS) + 1))})"
+# Rows per multi-row INSERT: 18 parameters each, well inside SQLite's 32766.
+_ROWS_PER_INSERT = 500
+
+
+@functools.lru_cache(maxsize=64)
+def _sqlite_insert(rows: int) -> str:
+    return (
+        f"INSERT INTO events (id, {', '.join(_APPEND_COLUMNS)}) "
+        f"VALUES {', '.join([_SQLITE_ROW] * rows)}"
+    )
+
+
+# SQLite allows 32766 host parameters per statement (3.32+); stay well below.
+_KEYS_PER_SELECT = 500
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _existing_ids(conn: Connection, keys: Sequence[str]) -> dict[str, int]:
+    """The ids of the events already stored under any of ``keys``."""
+    found: dict[str, int] = {}
+    for chunk in _chunks(keys, _KEYS_PER_SELECT):
+        marks = ", ".join("?" * len(chunk))
+        result = conn.exec_driver_sql(
+            f"SELECT dedup_key, id FROM events WHERE dedup_key IN ({marks})", tuple(chunk)
+        )
+        found.update((key, event_id) for key, event_id in result)
+    return found
+
+
+def _insert_new_sqlite(
+    conn: Connection, rows: Sequence[dict[str, Any]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """SQLite fast path: skip stored keys, give the rest the next ids, insert them in bulk.
+
+    Runs inside the writer's ``BEGIN IMMEDIATE`` transaction, which holds the
+    database's only write lock, so no other process can take these ids or
+    keys before the commit. Explicit ids spare ``RETURNING`` and SQLAlchemy's
+    per-row parameter work.
+    """
+    existing = _existing_ids(conn, [r["dedup_key"] for r in rows])
+    new = [r for r in rows if r["dedup_key"] not in existing]
+    if not new:
+        return {}, existing
+    top = conn.exec_driver_sql("SELECT max(id) FROM events").scalar() or 0
+    ids = range(top + 1, top + 1 + len(new))
+    # One multi-row statement per chunk rather than executemany: the driver
+    # gives up the GIL around every step, and winning it back from a busy
+    # event loop takes a switch interval each time; one step per chunk does not.
+    for start in range(0, len(new), _ROWS_PER_INSERT):
+        chunk = new[start : start + _ROWS_PER_INSERT]
+        params: list[Any] = []
+        for event_id, row in zip(ids[start:], chunk, strict=False):
+            params.append(event_id)
+            params.extend(row[c] for c in _APPEND_COLUMNS)
+        conn.exec_driver_sql(_sqlite_insert(len(chunk)), tuple(params))
+    return {r["dedup_key"]: i for i, r in zip(ids, new, strict=True)}, existing
 
 
 class EventStore:
@@ -136,7 +226,7 @@ class EventStore:
         task, self._task = self._task, None
         if task is None:
             return
-        await self._queue.put(_Pending({}, asyncio.get_running_loop().create_future()))
+        await self._queue.put(_Pending([], asyncio.get_running_loop().create_future()))
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
@@ -171,70 +261,61 @@ class EventStore:
             StoreUnavailable: the database could not be written (retriable).
             StoreError: the store is stopped.
         """
-        if self._closed or self._task is None:
-            raise StoreError("event store is not running")
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(_row_values(new, time.time()), future))
-        return await future
+        results = await self._enqueue([_row_values(new, time.time())])
+        return results[0]
 
     async def append_many(self, news: Sequence[NewEvent]) -> builtins.list[AppendResult]:
-        """Like :meth:`append` for many events at once (a Kafka fetch): one call, no task each.
+        """Like :meth:`append` for many events at once (a Kafka fetch).
 
-        All of them join the group commit together; returns their results in
-        order once every one is committed. Raises like :meth:`append` if any fails.
+        They join one group commit together and return their results in
+        order once all are committed. Raises like :meth:`append`.
         """
+        if not news:
+            return []
+        now = time.time()
+        return await self._enqueue([_row_values(new, now) for new in news])
+
+    async def _enqueue(self, rows: builtins.list[dict[str, Any]]) -> builtins.list[AppendResult]:
         if self._closed or self._task is None:
             raise StoreError("event store is not running")
-        loop = asyncio.get_running_loop()
-        now = time.time()
-        futures: builtins.list[asyncio.Future[AppendResult]] = []
-        for new in news:
-            future: asyncio.Future[AppendResult] = loop.create_future()
-            self._queue.put_nowait(_Pending(_row_values(new, now), future))
-            futures.append(future)
-        return builtins.list(await asyncio.gather(*futures))
+        future: asyncio.Future[builtins.list[AppendResult]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._queue.put_nowait(_Pending(rows, future))
+        return await future
 
     async def _write_loop(self) -> None:
         while True:
             first = await self._queue.get()
             batch = [first]
-            while len(batch) < self._max and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            stopping = any(not p.values for p in batch)
-            work = [p for p in batch if p.values]
+            size = len(first.rows)
+            # Whoever queued while the last commit ran joins this one, up to
+            # group_commit_max rows (one append_many is never split).
+            while size < self._max and not self._queue.empty():
+                item = self._queue.get_nowait()
+                batch.append(item)
+                size += len(item.rows)
+            work = [p for p in batch if p.rows]
             if work:
                 await self._commit_batch(work)
-            if stopping:
+            if len(work) < len(batch):
                 for p in batch:
-                    if not p.values and not p.future.done():
-                        p.future.set_result(AppendResult(0, True))
+                    if not p.rows and not p.future.done():
+                        p.future.set_result([])
                 return
 
-    async def _commit_batch(self, batch: list[_Pending]) -> None:
-        # Collapse duplicates inside the batch: the first one is inserted.
-        by_key: dict[str, list[_Pending]] = {}
+    async def _commit_batch(self, batch: builtins.list[_Pending]) -> None:
+        # Duplicates inside the batch collapse: the first row of a key is inserted.
+        firsts: dict[str, dict[str, Any]] = {}
         for item in batch:
-            by_key.setdefault(item.values["dedup_key"], []).append(item)
-        rows = [items[0].values for items in by_key.values()]
-        stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
-            events.c.id, events.c.dedup_key
-        )
-
-        def write(conn: Connection) -> tuple[dict[str, int], dict[str, int]]:
-            inserted = {r.dedup_key: r.id for r in conn.execute(stmt, rows).all()}
-            missing = [k for k in by_key if k not in inserted]
-            existing: dict[str, int] = {}
-            if missing:
-                res = conn.execute(
-                    sa.select(events.c.id, events.c.dedup_key).where(
-                        events.c.dedup_key.in_(missing)
-                    )
-                )
-                existing = {r.dedup_key: r.id for r in res.all()}
-            return inserted, existing
-
+            for row in item.rows:
+                firsts.setdefault(row["dedup_key"], row)
+        rows = builtins.list(firsts.values())
+        write = _insert_new_sqlite if self._db.is_sqlite else self._insert_new_returning
         try:
-            inserted, existing = await self._writer.run(write, priority=INGEST)
+            inserted, existing = await self._writer.run(
+                lambda conn: write(conn, rows), priority=INGEST
+            )
         except Exception as exc:
             err = (
                 exc
@@ -247,56 +328,71 @@ class EventStore:
             log.error("event batch failed: %s", err)
             return
 
-        appended: list[AppendedEvent] = []
-        for key, items in by_key.items():
-            if key in inserted:
-                first, rest = items[0], items[1:]
-                v = first.values
-                appended.append(
-                    AppendedEvent(
-                        inserted[key],
-                        v["vnf_instance_id"],
-                        v["source"],
-                        v["notification_type"],
-                        v["operation"],
-                        v["operation_state"],
-                        v["received_at"],
+        appended: builtins.list[AppendedEvent] = []
+        observed: builtins.list[AppendObservation] = []
+        observe = bool(self._observers)
+        now = time.time()
+        for item in batch:
+            results: builtins.list[AppendResult] = []
+            for row in item.rows:
+                key = row["dedup_key"]
+                event_id = inserted.get(key)
+                fresh = event_id is not None and firsts[key] is row
+                if event_id is None:
+                    event_id = existing.get(key, 0)
+                results.append(AppendResult(event_id, not fresh))
+                if fresh:
+                    appended.append(
+                        AppendedEvent(
+                            event_id,
+                            row["vnf_instance_id"],
+                            row["source"],
+                            row["notification_type"],
+                            row["operation"],
+                            row["operation_state"],
+                            row["received_at"],
+                        )
                     )
-                )
-                if not first.future.done():
-                    first.future.set_result(AppendResult(inserted[key], False))
-                for item in rest:
-                    if not item.future.done():
-                        item.future.set_result(AppendResult(inserted[key], True))
-            else:
-                event_id = existing.get(key, 0)
-                for item in items:
-                    if not item.future.done():
-                        item.future.set_result(AppendResult(event_id, True))
-        if self._observers:
-            now = time.time()
-            observed = [
-                AppendObservation(
-                    item.values["source"],
-                    item.values["notification_type"],
-                    item.values["operation_state"],
-                    not (key in inserted and item is items[0]),
-                    now - item.values["received_at"],
-                )
-                for key, items in by_key.items()
-                for item in items
-            ]
-            for observer in self._observers:
-                try:
-                    observer(observed)
-                except Exception:
-                    log.exception("append observer failed")
+                if observe:
+                    observed.append(
+                        AppendObservation(
+                            row["source"],
+                            row["notification_type"],
+                            row["operation_state"],
+                            not fresh,
+                            now - row["received_at"],
+                        )
+                    )
+            if not item.future.done():
+                item.future.set_result(results)
+        for observer in self._observers:
+            try:
+                observer(observed)
+            except Exception:
+                log.exception("append observer failed")
         if appended:
             for listener in self._listeners:
                 try:
                     listener(appended)
                 except Exception:
                     log.exception("append listener failed")
+
+    def _insert_new_returning(
+        self, conn: Connection, rows: Sequence[dict[str, Any]]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Insert what is new, learning the new ids from ``RETURNING`` (PostgreSQL)."""
+        stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
+            events.c.id, events.c.dedup_key
+        )
+        inserted = {r.dedup_key: r.id for r in conn.execute(stmt, rows).all()}
+        missing = [r["dedup_key"] for r in rows if r["dedup_key"] not in inserted]
+        existing: dict[str, int] = {}
+        if missing:
+            res = conn.execute(
+                sa.select(events.c.id, events.c.dedup_key).where(events.c.dedup_key.in_(missing))
+            )
+            existing = {r.dedup_key: r.id for r in res.all()}
+        return inserted, existing
 
     async def append_recorded(self, new: NewEvent, status: str, detail: str) -> AppendResult:
         """Store a transition that must not run (e.g. one implied by a later state).

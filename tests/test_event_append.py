@@ -1,0 +1,109 @@
+"""Group-committed appends: dedup inside a batch and against the store, ids, results.
+
+Runs on the SQLite file (explicit ids, multi-row INSERT) and on the machine's
+PostgreSQL (INSERT ... ON CONFLICT ... RETURNING): both paths must agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from schemas import parse_notification
+from subscriber.config import DatabaseSettings
+from subscriber.store import AppendedEvent, NewEvent, Store
+from tests.factories import op_occ
+
+pytestmark = pytest.mark.asyncio
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    if request.param == "sqlite":
+        async with Store(DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'e.db'}")) as s:
+            yield s
+        return
+    name = f"lccn_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(f"{PG}/postgres")
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
+        async with Store(DatabaseSettings(url=url)) as s:
+            yield s
+    finally:
+        admin = await asyncpg.connect(f"{PG}/postgres")
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+def _event(**kwargs: str) -> NewEvent:
+    raw = json.dumps(op_occ(**kwargs)).encode()  # type: ignore[arg-type]
+    return NewEvent(source="kafka", notification=parse_notification(raw), raw=raw)
+
+
+async def test_append_many_dedups_inside_the_batch_and_against_the_store(store: Store) -> None:
+    heard: list[AppendedEvent] = []
+    store.events.add_listener(heard.extend)
+    stored = _event(state="STARTING")
+    first = await store.events.append(stored)
+    assert not first.duplicate
+
+    a = _event(state="PROCESSING")
+    c = _event(state="COMPLETED")
+    resent = _event(
+        instance=stored.notification.vnfInstanceId,
+        op_occ_id=stored.notification.vnfLcmOpOccId,  # type: ignore[union-attr]
+        state="STARTING",
+    )
+    results = await store.events.append_many([a, resent, a, c])
+
+    assert [r.duplicate for r in results] == [False, True, True, False]
+    assert results[1].event_id == first.event_id
+    assert results[2].event_id == results[0].event_id
+    assert first.event_id < results[0].event_id < results[3].event_id
+    rows = {e.id: e for e in await store.events.list()}
+    assert sorted(rows) == [first.event_id, results[0].event_id, results[3].event_id]
+    assert rows[results[0].event_id].dedup_key == a.dedup_key
+    assert rows[results[3].event_id].dedup_key == c.dedup_key
+    assert rows[results[3].event_id].body == c.stored_body()
+    # Listeners hear each new event once, with its id.
+    assert [(e.event_id, e.operation_state) for e in heard] == [
+        (first.event_id, "STARTING"),
+        (results[0].event_id, "PROCESSING"),
+        (results[3].event_id, "COMPLETED"),
+    ]
+
+
+async def test_concurrent_appends_share_commits_and_get_distinct_ids(store: Store) -> None:
+    singles = [_event() for _ in range(50)]
+    batches = [[_event() for _ in range(40)] for _ in range(5)]
+    single_results, batch_results = await asyncio.gather(
+        asyncio.gather(*(store.events.append(e) for e in singles)),
+        asyncio.gather(*(store.events.append_many(b) for b in batches)),
+    )
+    ids = [r.event_id for r in single_results] + [r.event_id for b in batch_results for r in b]
+    assert len(ids) == len(set(ids)) == 250
+    assert not any(r.duplicate for r in single_results)
+    stored = {e.id: e.dedup_key for e in await store.events.list()}
+    expected = {r.event_id: e.dedup_key for r, e in zip(single_results, singles, strict=True)}
+    for batch, results in zip(batches, batch_results, strict=True):
+        expected.update((r.event_id, e.dedup_key) for r, e in zip(results, batch, strict=True))
+    assert stored == expected
+    # Everything again: all duplicates, same ids, nothing added.
+    again = await store.events.append_many([e for b in batches for e in b] + singles)
+    assert all(r.duplicate for r in again)
+    assert {r.event_id for r in again} == set(ids)
+    assert len(await store.events.list()) == 250
