@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import kafka_broker  # noqa: E402
 
 from subscriber.config import DatabaseSettings, KafkaSettings  # noqa: E402
+from subscriber.heap import freeze_long_lived  # noqa: E402
 from subscriber.ingest.kafka import KafkaSource  # noqa: E402
 from subscriber.store import AppendResult, NewEvent, Store  # noqa: E402
 
@@ -178,6 +179,8 @@ async def ours(
 
 async def main(count: int, group_commit_max: int, synchronous: str) -> int:
     logging.basicConfig(level=logging.ERROR)
+    # As `serve` does once it has started (subscriber.service).
+    freeze_long_lived()
     with tempfile.TemporaryDirectory(prefix="lccn-bench-") as tmp:
         workdir = Path(tmp)
         broker = kafka_broker.start_broker(log=workdir / "tansu.log")

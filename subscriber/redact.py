@@ -132,18 +132,33 @@ def redact(value: Any) -> Any:
     shape is kept); strings elsewhere go through :func:`redact_text`.
     """
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if isinstance(key, str) and is_secret_key(key) and not isinstance(item, (dict, list)):
-                out[key] = MASK if item not in (None, "") else item
-            else:
-                out[key] = redact(item)
-        return out
+        return _redact_dict(value)
     if isinstance(value, list):
         return [redact(item) for item in value]
     if isinstance(value, str) and len(value) >= 8:
         return redact_text(value, bootstrap_tokens=False)
     return value
+
+
+def _redact_dict(value: dict[Any, Any]) -> dict[Any, Any]:
+    # Every stored event's meta and many bodies pass through here: scalars
+    # are handled inline rather than by a call each.
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        kind = type(item)
+        if kind is dict:
+            out[key] = _redact_dict(item)
+        elif kind is list:
+            out[key] = [redact(i) for i in item]
+        elif isinstance(key, str) and is_secret_key(key) and not isinstance(item, (dict, list)):
+            out[key] = MASK if item not in (None, "") else item
+        elif kind is str:
+            out[key] = redact_text(item, bootstrap_tokens=False) if len(item) >= 8 else item
+        elif item is None or kind is int or kind is float or kind is bool:
+            out[key] = item
+        else:
+            out[key] = redact(item)
+    return out
 
 
 def redact_url(url: str) -> str:

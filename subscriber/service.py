@@ -14,6 +14,7 @@ from handlers.ports import INVENTORY, OPENSTACK, SSH, TACKER
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.health import CheckResult, Health
+from subscriber.heap import freeze_long_lived
 from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.kafka import KafkaSource, build_kafka_source
@@ -190,6 +191,8 @@ class Service:
     async def serve_forever(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (SIGTERM/SIGINT in the CLI)."""
         async with self:
+            frozen = freeze_long_lived()
+            log.debug("moved %d start-up objects out of the collector's reach", frozen)
             await stop.wait()
             log.info(
                 "stopping", extra={"graceful_timeout": self.settings.dispatch.graceful_timeout}
