@@ -118,6 +118,7 @@ def _cmd_events_list(args: argparse.Namespace) -> int:
             "operation",
             "operationState",
             "notificationStatus",
+            "attempt",
             "status",
         )
         print(_table(rows, cols))

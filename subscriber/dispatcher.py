@@ -66,7 +66,7 @@ class Decision:
 
 def choose_next(
     open_events: Sequence[EventRow],
-    op_occ_events: Sequence[tuple[str, int, str, int]],
+    op_occ_events: Sequence[tuple[str, int, str, int, int]],
     retry_at: dict[int, float],
     now: float,
     reorder_window: float,
@@ -75,25 +75,28 @@ def choose_next(
 
     Arguments:
         open_events: the lane's pending/running/retry events.
-        op_occ_events: ``(op_occ_id, event_id, status, rank)`` for every
-            stored event of the op-occs in ``open_events``.
+        op_occ_events: ``(op_occ_id, event_id, status, rank, attempt)`` for
+            every stored event of the op-occs in ``open_events``.
         retry_at: next attempt time of events whose job is in backoff.
     """
     if not open_events:
         return Decision()
     first_seen: dict[str, int] = {}
     ranks_seen: dict[str, set[int]] = {}
-    handled_max: dict[str, int] = {}
-    for op_occ, event_id, status, rank in op_occ_events:
+    # An op-occ's transitions go in (attempt, state rank) order: a retry's
+    # PROCESSING comes after the FAILED_TEMP it retries.
+    handled_max: dict[str, tuple[int, int]] = {}
+    for op_occ, event_id, status, rank, attempt in op_occ_events:
         first_seen[op_occ] = min(first_seen.get(op_occ, event_id), event_id)
         ranks_seen.setdefault(op_occ, set()).add(rank)
         if status in EventStatus.HANDLED and status != EventStatus.RUNNING:
-            handled_max[op_occ] = max(handled_max.get(op_occ, -1), rank)
+            handled_max[op_occ] = max(handled_max.get(op_occ, (-1, -1)), (attempt, rank))
 
-    def key(e: EventRow) -> tuple[int, int, int]:
+    def key(e: EventRow) -> tuple[int, int, int, int]:
         if e.vnf_lcm_op_occ_id is None:
-            return (e.id, 0, e.id)
-        return (first_seen.get(e.vnf_lcm_op_occ_id, e.id), e.state_rank or 0, e.id)
+            return (e.id, 0, 0, e.id)
+        first = first_seen.get(e.vnf_lcm_op_occ_id, e.id)
+        return (first, e.op_occ_attempt, e.state_rank or 0, e.id)
 
     head = min(open_events, key=key)
     # A job already started (crash, restart) or in backoff keeps its place.
@@ -110,7 +113,7 @@ def choose_next(
     if head.replay_mode:
         return Decision(event=head)
     op_occ, rank = head.vnf_lcm_op_occ_id, head.state_rank or 0
-    if handled_max.get(op_occ, -1) > rank:
+    if handled_max.get(op_occ, (-1, -1)) > (head.op_occ_attempt, rank):
         return Decision(stale=head)
     first_rank = _FIRST_RANK.get(head.operation or "", 0)
     predecessor_seen = rank <= first_rank or (rank - 1) in ranks_seen.get(op_occ, set())

@@ -194,6 +194,7 @@ def _history(conn: Connection, event: EventRow) -> tuple[Any, list[Any], list[di
                 events.c.operation,
                 events.c.operation_state,
                 events.c.state_rank,
+                events.c.op_occ_attempt,
             )
             .where(
                 events.c.vnf_instance_id == event.vnf_instance_id,
@@ -207,13 +208,14 @@ def _history(conn: Connection, event: EventRow) -> tuple[Any, list[Any], list[di
         newest: dict[str, dict[str, Any]] = {}
         for r in conn.execute(q).all():
             cur = newest.get(r.vnf_lcm_op_occ_id)
-            if cur is None or (r.state_rank or 0) >= cur["_rank"]:
+            order = (r.op_occ_attempt or 0, r.state_rank or 0)
+            if cur is None or order >= cur["_rank"]:
                 newest[r.vnf_lcm_op_occ_id] = {
                     "vnfLcmOpOccId": r.vnf_lcm_op_occ_id,
                     "operation": r.operation,
                     "operationState": r.operation_state,
                     "eventId": r.id,
-                    "_rank": r.state_rank or 0,
+                    "_rank": order,
                 }
         for item in newest.values():
             item.pop("_rank")

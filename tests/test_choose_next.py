@@ -15,6 +15,7 @@ def ev(
     status: str = "pending",
     at: float = 100.0,
     operation: str = "INSTANTIATE",
+    attempt: int = 0,
 ) -> EventRow:
     return EventRow(
         id=id,
@@ -35,11 +36,15 @@ def ev(
         meta=None,
         status=status,
         status_detail=None,
+        op_occ_attempt=attempt,
     )
 
 
-def states(*events: EventRow) -> list[tuple[str, int, str, int]]:
-    return [(e.vnf_lcm_op_occ_id or "", e.id, e.status, e.state_rank or 0) for e in events]
+def states(*events: EventRow) -> list[tuple[str, int, str, int, int]]:
+    return [
+        (e.vnf_lcm_op_occ_id or "", e.id, e.status, e.state_rank or 0, e.op_occ_attempt)
+        for e in events
+    ]
 
 
 def test_lowest_state_of_the_oldest_op_occ_first() -> None:
@@ -103,3 +108,27 @@ def test_job_in_backoff_blocks_its_lane_until_due() -> None:
         [retrying, later], states(retrying, later), {1: 150.0}, now=151.0, reorder_window=0.3
     )
     assert d.event is retrying
+
+
+def test_a_retry_runs_after_the_failed_temp_it_retries() -> None:
+    starting = ev(1, "A", "STARTING", "done")
+    processing = ev(2, "A", "PROCESSING", "done")
+    failed_temp = ev(3, "A", "FAILED_TEMP", "done")
+    retry = ev(4, "A", "PROCESSING", attempt=1)
+    completed = ev(5, "A", "COMPLETED", attempt=1)
+    d = choose_next(
+        [completed, retry],
+        states(starting, processing, failed_temp, retry, completed),
+        {},
+        now=200.0,
+        reorder_window=0.3,
+    )
+    assert d.event is retry
+
+
+def test_a_late_first_run_transition_is_stale_once_a_retry_was_handled() -> None:
+    failed_temp = ev(1, "A", "FAILED_TEMP", "done")
+    retry = ev(2, "A", "PROCESSING", "done", attempt=1)
+    late = ev(3, "A", "COMPLETED")  # attempt 0: older than the retry
+    d = choose_next([late], states(failed_temp, retry, late), {}, now=200.0, reorder_window=0.3)
+    assert d.stale is late

@@ -107,3 +107,57 @@ async def test_concurrent_appends_share_commits_and_get_distinct_ids(store: Stor
     assert all(r.duplicate for r in again)
     assert {r.event_id for r in again} == set(ids)
     assert len(await store.events.list()) == 250
+
+
+def _at(instance: str, occ: str, state: str, second: int) -> NewEvent:
+    body = op_occ(instance=instance, op_occ_id=occ, state=state)
+    body["timeStamp"] = f"2026-11-22T07:00:{second:02d}Z"
+    raw = json.dumps(body).encode()
+    return NewEvent(source="http", notification=parse_notification(raw), raw=raw)
+
+
+RETRIED = (
+    ("STARTING", 0),
+    ("PROCESSING", 1),
+    ("FAILED_TEMP", 5),
+    ("FAILED_TEMP", 6),  # the copy sent to a second subscription
+    ("PROCESSING", 20),  # POST .../retry
+    ("PROCESSING", 1),  # a late copy of the first run's PROCESSING
+    ("FAILED_TEMP", 30),
+    ("ROLLING_BACK", 40),
+    ("ROLLED_BACK", 45),
+)
+# (state, attempt) of each stored event, and which arrivals were duplicates.
+EXPECTED_STORED = [
+    ("STARTING", 0),
+    ("PROCESSING", 0),
+    ("FAILED_TEMP", 0),
+    ("PROCESSING", 1),
+    ("FAILED_TEMP", 1),
+    ("ROLLING_BACK", 2),
+    ("ROLLED_BACK", 2),
+]
+EXPECTED_DUPLICATE = [False, False, False, True, False, True, False, False, False]
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["one-by-one", "one-batch"])
+async def test_a_retried_op_occ_keeps_every_attempt_and_drops_copies(
+    store: Store, together: bool
+) -> None:
+    inst, occ = f"i-{uuid.uuid4().hex[:8]}", f"o-{uuid.uuid4().hex[:8]}"
+    news = [_at(inst, occ, state, second) for state, second in RETRIED]
+    if together:  # a Kafka fetch after an outage brings them all at once
+        results = await store.events.append_many(news)
+    else:
+        results = [await store.events.append(new) for new in news]
+    assert [r.duplicate for r in results] == EXPECTED_DUPLICATE
+    rows = await store.events.list(vnf_instance_id=inst)
+    assert sorted((e.operation_state, e.op_occ_attempt) for e in rows) == sorted(EXPECTED_STORED)
+    assert {e.dedup_key for e in rows if e.op_occ_attempt == 0} == {
+        f"opocc|{occ}|{state}|{'START' if state == 'STARTING' else 'RESULT'}"
+        for state in ("STARTING", "PROCESSING", "FAILED_TEMP")
+    }
+    # Everything again (a redelivery): nothing new.
+    again = await store.events.append_many(news)
+    assert all(r.duplicate for r in again)
+    assert len(await store.events.list(vnf_instance_id=inst)) == len(EXPECTED_STORED)

@@ -325,9 +325,10 @@ async def test_a_replayed_transition_is_not_stale_although_its_op_occ_moved_on(
 def test_choose_next_lets_a_replayed_event_through_the_stale_check() -> None:
     handled = ev(2, "o", "COMPLETED", status="done")
     old = ev(1, "o", "PROCESSING")
-    assert choose_next([old], [("o", 1, "pending", 1), ("o", 2, "done", 2)], {}, 200.0, 0.3).stale
+    seen = [("o", 1, "pending", 1, 0), ("o", 2, "done", 2, 0)]
+    assert choose_next([old], seen, {}, 200.0, 0.3).stale
     old.replay_mode = "resume"
-    decision = choose_next([old], [("o", 1, "pending", 1), ("o", 2, "done", 2)], {}, 200.0, 0.3)
+    decision = choose_next([old], seen, {}, 200.0, 0.3)
     assert decision.event is old and decision.stale is None
     assert handled.replay_mode is None
 

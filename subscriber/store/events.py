@@ -21,8 +21,9 @@ from schemas import VnfLcmOperationOccurrenceNotification
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.redact import redact, redact_text
 from subscriber.store import statements as st
+from subscriber.store.attempts import Seen, attempt_of, notified_at
 from subscriber.store.database import Database
-from subscriber.store.records import AppendResult, EventRow, NewEvent, state_rank
+from subscriber.store.records import AppendResult, EventRow, NewEvent, op_occ_key, state_rank
 from subscriber.store.tables import EventStatus, events
 from subscriber.store.writer import INGEST, WriteQueue
 
@@ -60,7 +61,7 @@ class LaneSnapshot:
     """A lane's open events, the states seen for their op-occs, and backoff deadlines."""
 
     open_events: list[EventRow]
-    op_occ_events: list[tuple[str, int, str, int]]
+    op_occ_events: list[tuple[str, int, str, int, int]]
     retry_at: dict[int, float]
 
 
@@ -85,6 +86,8 @@ def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
         "meta": json.dumps(redact(new.meta), separators=(",", ":")) if new.meta else None,
         "status": EventStatus.PENDING,
         "status_detail": None,
+        "notified_at": notified_at(n.timeStamp) if occ else None,
+        "op_occ_attempt": 0,
     }
 
 
@@ -121,9 +124,11 @@ _APPEND_COLUMNS = (
     "meta",
     "status",
     "status_detail",
+    "notified_at",
+    "op_occ_attempt",
 )
 _SQLITE_ROW = f"({', '.join('?' * (len(_APPEND_COLUMNS) + 1))})"
-# Rows per multi-row INSERT: 18 parameters each, well inside SQLite's 32766.
+# Rows per multi-row INSERT: 20 parameters each, well inside SQLite's 32766.
 _ROWS_PER_INSERT = 500
 
 
@@ -154,6 +159,43 @@ def _existing_ids(conn: Connection, keys: Sequence[str]) -> dict[str, int]:
         )
         found.update((key, event_id) for key, event_id in result)
     return found
+
+
+def assign_attempts(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Set the op-occ attempt of each row, and its dedup key with it (in place).
+
+    Only op-occs that ever reached FAILED_TEMP can have attempts beyond 0, so
+    the usual batch costs one indexed lookup. Runs in the write transaction:
+    the stored history cannot change under it. Idempotent, since the writer
+    runs a failed batch's operations again one by one.
+    """
+    occ_rows = [r for r in rows if r["vnf_lcm_op_occ_id"] and r["operation_state"]]
+    if not occ_rows:
+        return
+    failing = {r["vnf_lcm_op_occ_id"] for r in occ_rows if r["operation_state"] == "FAILED_TEMP"}
+    others = sorted({r["vnf_lcm_op_occ_id"] for r in occ_rows} - failing)
+    for chunk in _chunks(others, _KEYS_PER_SELECT):
+        result = conn.execute(st.FAILING_OP_OCCS, {"b_ids": list(chunk)})
+        failing.update(occ for (occ,) in result)
+    if not failing:
+        return
+    history: dict[str, list[Seen]] = {}
+    for chunk in _chunks(sorted(failing), _KEYS_PER_SELECT):
+        for occ, state, rank, at, attempt in conn.execute(
+            st.OP_OCC_HISTORY, {"b_ids": list(chunk)}
+        ):
+            history.setdefault(occ, []).append(Seen(state, rank or 0, at, attempt or 0))
+    ordered = sorted(
+        (r for r in occ_rows if r["vnf_lcm_op_occ_id"] in failing),
+        key=lambda r: (r["notified_at"] is None, r["notified_at"] or 0.0, r["state_rank"] or 0),
+    )
+    for row in ordered:
+        occ, state, rank = row["vnf_lcm_op_occ_id"], row["operation_state"], row["state_rank"] or 0
+        seen = history.setdefault(occ, [])
+        attempt = attempt_of(seen, state, rank, row["notified_at"])
+        row["op_occ_attempt"] = attempt
+        row["dedup_key"] = op_occ_key(occ, state, row["notification_status"], attempt)
+        seen.append(Seen(state, rank, row["notified_at"], attempt))
 
 
 def _insert_new_sqlite(
@@ -305,17 +347,20 @@ class EventStore:
                 return
 
     async def _commit_batch(self, batch: builtins.list[_Pending]) -> None:
-        # Duplicates inside the batch collapse: the first row of a key is inserted.
-        firsts: dict[str, dict[str, Any]] = {}
-        for item in batch:
-            for row in item.rows:
+        rows = [row for item in batch for row in item.rows]
+        insert = _insert_new_sqlite if self._db.is_sqlite else self._insert_new_returning
+
+        def write(conn: Connection) -> tuple[dict[str, int], dict[str, int]]:
+            # Attempts first: they complete the dedup keys. Then duplicates
+            # inside the batch collapse: the first row of a key is inserted.
+            assign_attempts(conn, rows)
+            firsts: dict[str, dict[str, Any]] = {}
+            for row in rows:
                 firsts.setdefault(row["dedup_key"], row)
-        rows = builtins.list(firsts.values())
-        write = _insert_new_sqlite if self._db.is_sqlite else self._insert_new_returning
+            return insert(conn, builtins.list(firsts.values()))
+
         try:
-            inserted, existing = await self._writer.run(
-                lambda conn: write(conn, rows), priority=INGEST
-            )
+            inserted, existing = await self._writer.run(write, priority=INGEST)
         except Exception as exc:
             err = (
                 exc
@@ -328,6 +373,7 @@ class EventStore:
             log.error("event batch failed: %s", err)
             return
 
+        seen: set[str] = set()
         appended: builtins.list[AppendedEvent] = []
         observed: builtins.list[AppendObservation] = []
         observe = bool(self._observers)
@@ -337,11 +383,12 @@ class EventStore:
             for row in item.rows:
                 key = row["dedup_key"]
                 event_id = inserted.get(key)
-                fresh = event_id is not None and firsts[key] is row
+                fresh = event_id is not None and key not in seen
+                seen.add(key)
                 if event_id is None:
                     event_id = existing.get(key, 0)
                 results.append(AppendResult(event_id, not fresh))
-                if fresh:
+                if fresh and row["status"] == EventStatus.PENDING:
                     appended.append(
                         AppendedEvent(
                             event_id,
@@ -399,21 +446,17 @@ class EventStore:
 
         Written with ``status`` at once (never ``pending``), so no lane ever
         picks it up; deduplicated like :meth:`append`. Listeners are not woken.
+        Its timeStamp is not when it happened, so it joins the op-occ's newest
+        attempt rather than open one.
         """
-        values = {**_row_values(new, time.time()), "status": status, "status_detail": detail}
-        stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
-            events.c.id
-        )
-        key = values["dedup_key"]
-
-        def write(conn: Connection) -> AppendResult:
-            row = conn.execute(stmt, [values]).first()
-            if row is not None:
-                return AppendResult(row[0], False)
-            existing = conn.scalar(sa.select(events.c.id).where(events.c.dedup_key == key))
-            return AppendResult(int(existing or 0), True)
-
-        return await self._writer.run(write, priority=INGEST)
+        values = {
+            **_row_values(new, time.time()),
+            "status": status,
+            "status_detail": detail,
+            "notified_at": None,
+        }
+        results = await self._enqueue([values])
+        return results[0]
 
     async def append_poison(
         self,
@@ -505,10 +548,10 @@ class EventStore:
                 for r in conn.execute(st.LANE_OPEN_EVENTS, {"b_lane": lane}).mappings().all()
             ]
             ids = sorted({e.vnf_lcm_op_occ_id for e in rows if e.vnf_lcm_op_occ_id})
-            states: builtins.list[tuple[str, int, str, int]] = []
+            states: builtins.list[tuple[str, int, str, int, int]] = []
             if ids:
                 states = [
-                    (r[0], r[1], r[2], r[3])
+                    (r[0], r[1], r[2], r[3], r[4])
                     for r in conn.execute(st.OP_OCC_STATES, {"b_ids": ids}).all()
                 ]
             retry_ids = [e.id for e in rows if e.status == EventStatus.RETRY]

@@ -13,27 +13,33 @@ from schemas import (
 )
 from subscriber.redact import may_hold_secret, redact
 
-__all__ = ["AppendResult", "EventRow", "NewEvent", "dedup_key_of"]
+__all__ = ["AppendResult", "EventRow", "NewEvent", "dedup_key_of", "op_occ_key"]
 
 SOURCES = ("http", "kafka", "reconcile", "replay")
 
 
-def dedup_key_of(notification: Notification) -> str:
+def dedup_key_of(notification: Notification, attempt: int = 0) -> str:
     """The dedup key of DESIGN.md (never the notification ``id``: Tacker makes a new one per send).
 
-    Op-occ notifications: (vnfLcmOpOccId, operationState, notificationStatus).
-    Identifier notifications: (notificationType, vnfInstanceId).
+    Op-occ notifications: (vnfLcmOpOccId, operationState, notificationStatus),
+    plus the op-occ attempt from the first retry or rollback on
+    (:mod:`subscriber.store.attempts`). Identifier notifications:
+    (notificationType, vnfInstanceId).
     """
     if isinstance(notification, VnfLcmOperationOccurrenceNotification):
-        return "|".join(
-            (
-                "opocc",
-                notification.vnfLcmOpOccId,
-                notification.operationState.value,
-                notification.notificationStatus.value,
-            )
+        return op_occ_key(
+            notification.vnfLcmOpOccId,
+            notification.operationState.value,
+            notification.notificationStatus.value,
+            attempt,
         )
     return "|".join(("ident", notification.notificationType.value, notification.vnfInstanceId))
+
+
+def op_occ_key(op_occ_id: str, state: str, status: str, attempt: int = 0) -> str:
+    """The dedup key of an op-occ transition (attempt 0 keeps the original form)."""
+    key = f"opocc|{op_occ_id}|{state}|{status}"
+    return f"{key}|{attempt}" if attempt else key
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,7 @@ class NewEvent:
 
     @property
     def dedup_key(self) -> str:
+        """The key of the op-occ's first attempt; the store adds the attempt when it is later."""
         return dedup_key_of(self.notification)
 
 
@@ -106,10 +113,17 @@ class EventRow:
     extra: dict[str, Any] = field(default_factory=dict)
     # ``resume``/``anew`` while a replay waits for its lane (see ReplayMode).
     replay_mode: str | None = None
+    notified_at: float | None = None
+    op_occ_attempt: int = 0
 
     @classmethod
     def from_mapping(cls, row: Any) -> EventRow:
-        return cls(**{k: row[k] for k in _EVENT_COLUMNS}, replay_mode=row.get("replay_mode"))
+        return cls(
+            **{k: row[k] for k in _EVENT_COLUMNS},
+            replay_mode=row.get("replay_mode"),
+            notified_at=row.get("notified_at"),
+            op_occ_attempt=row.get("op_occ_attempt") or 0,
+        )
 
     def body_json(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.body)
@@ -130,6 +144,7 @@ class EventRow:
             "operation": self.operation,
             "operationState": self.operation_state,
             "notificationStatus": self.notification_status,
+            "attempt": self.op_occ_attempt,
             "status": self.status,
             "statusDetail": self.status_detail,
             "replayMode": self.replay_mode,

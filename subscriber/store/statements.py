@@ -108,7 +108,11 @@ LANE_OPEN_EVENTS = (
     .order_by(events.c.id)
 )
 OP_OCC_STATES = sa.select(
-    events.c.vnf_lcm_op_occ_id, events.c.id, events.c.status, events.c.state_rank
+    events.c.vnf_lcm_op_occ_id,
+    events.c.id,
+    events.c.status,
+    events.c.state_rank,
+    events.c.op_occ_attempt,
 ).where(events.c.vnf_lcm_op_occ_id.in_(B("b_ids", expanding=True)))
 RETRY_AT = (
     sa.select(jobs.c.event_id, sa.func.max(jobs.c.next_attempt_at))
@@ -134,3 +138,24 @@ LEASE_RENEW = (
     .values(expires_at=B("b_expires_at"))
 )
 LEASE_RELEASE = leases.delete().where(leases.c.lane == B("b_lane"), leases.c.owner == B("b_owner"))
+
+# Attempts (subscriber.store.attempts): which op-occs ever failed temporarily,
+# and the transitions stored for those.
+FAILING_OP_OCCS = (
+    sa.select(events.c.vnf_lcm_op_occ_id)
+    .where(
+        events.c.vnf_lcm_op_occ_id.in_(B("b_ids", expanding=True)),
+        events.c.operation_state == "FAILED_TEMP",
+    )
+    .distinct()
+)
+OP_OCC_HISTORY = sa.select(
+    events.c.vnf_lcm_op_occ_id,
+    events.c.operation_state,
+    events.c.state_rank,
+    events.c.notified_at,
+    events.c.op_occ_attempt,
+).where(
+    events.c.vnf_lcm_op_occ_id.in_(B("b_ids", expanding=True)),
+    events.c.status != EventStatus.POISON,
+)

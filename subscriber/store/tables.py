@@ -88,6 +88,11 @@ events = sa.Table(
     # Set by `lccn-subscriber replay` (with status back to pending); cleared
     # when the runner creates the replay job.
     sa.Column("replay_mode", sa.String(16), nullable=True),
+    # The notification's timeStamp (epoch seconds), when it has one.
+    sa.Column("notified_at", sa.Float, nullable=True),
+    # 0 for an op-occ's first run; +1 for each retry or rollback after FAILED_TEMP
+    # (see subscriber.store.attempts).
+    sa.Column("op_occ_attempt", sa.Integer, nullable=False, server_default="0"),
     sa.UniqueConstraint("dedup_key", name="uq_events_dedup_key"),
 )
 sa.Index("ix_events_status_instance", events.c.status, events.c.vnf_instance_id)

@@ -221,32 +221,33 @@ class Reconciler:
             operation, state = str(occ.get("operation")), str(occ.get("operationState"))
             if types and operation not in types:
                 continue
+            if not states or state in states:
+                body = synthesise(occ, state, api=api, subscription_id=sub, current=True)
+                result = await self._store.events.append(self._new_event(body))
+                if not result.duplicate:
+                    new += 1
+                    log.info(
+                        "reconciled a missed transition",
+                        extra={
+                            "event_id": result.event_id,
+                            "vnfInstanceId": occ.get("vnfInstanceId"),
+                            "vnfLcmOpOccId": occ.get("id"),
+                            "operation": operation,
+                            "operationState": state,
+                        },
+                    )
+            # After the current state, so that an implied PROCESSING joins the
+            # attempt the current state opened (a retry's), not the first one.
             for past in implied_states(operation, state):
                 if states and past not in states:
                     continue
                 body = synthesise(occ, past, api=api, subscription_id=sub, current=False)
-                result = await self._store.events.append_recorded(
+                recorded = await self._store.events.append_recorded(
                     self._new_event(body),
                     EventStatus.STALE,
                     "reconciled: implied by a later state of its op-occ; not run",
                 )
-                new += not result.duplicate
-            if states and state not in states:
-                continue
-            body = synthesise(occ, state, api=api, subscription_id=sub, current=True)
-            result = await self._store.events.append(self._new_event(body))
-            if not result.duplicate:
-                new += 1
-                log.info(
-                    "reconciled a missed transition",
-                    extra={
-                        "event_id": result.event_id,
-                        "vnfInstanceId": occ.get("vnfInstanceId"),
-                        "vnfLcmOpOccId": occ.get("id"),
-                        "operation": operation,
-                        "operationState": state,
-                    },
-                )
+                new += not recorded.duplicate
         if newest > mark:
             await self._store.tacker.set_value(WATERMARK_KEY, _format_time(newest))
         self.runs += 1

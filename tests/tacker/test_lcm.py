@@ -8,6 +8,7 @@ The last test holds ``serve``'s store against everything Tacker sent in the sess
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -335,6 +336,65 @@ def test_injected_heat_failure_gives_failed_temp_and_the_store_records_it(
     assert lcm.tacker.op_occ(occ["id"])["operationState"] == "ROLLED_BACK"
     assert not [s for s in sim.control.state()["stacks"] if inst_id in s["name"]]
     lcm.tacker.delete(inst_id)
+
+
+def test_retry_after_failed_temp_is_a_new_attempt_that_runs(
+    lcm: LcmDriver, sim: SimProcess, serve: ServeProcess
+) -> None:
+    """A retry re-enters PROCESSING under the same op-occ id: stored and run, not deduped."""
+    assert lcm.bed.vnfd_id
+    inst_id = lcm.tacker.create(lcm.bed.vnfd_id, unique_name("k8s-retry"))
+    with sim.control.fault(
+        service="orchestration",
+        method="POST",
+        path=r"/stacks$",
+        stack_failure="Resource CREATE failed: ResourceInError: No valid host",
+    ):
+        occ = lcm.tacker.run_op(
+            inst_id,
+            "instantiate",
+            {
+                "flavourId": "simple",
+                "vimConnectionInfo": sim.vim_connection_info(),
+                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
+                "additionalParams": k8s_params("simple"),
+            },
+        )
+    assert occ["operationState"] == "FAILED_TEMP"
+    failed = lcm.rec.wait(vnfLcmOpOccId=occ["id"], operationState="FAILED_TEMP")
+    # v2 stamps notifications in whole seconds; a retry within the second of
+    # its FAILED_TEMP could not be told from a resent copy.
+    wait_for(
+        lambda: failed["timeStamp"] < _utc_now_text(), timeout=3, interval=0.05, what="a new second"
+    )
+    status, _, body = lcm.tacker.call("POST", f"/vnflcm/v2/vnf_lcm_op_occs/{occ['id']}/retry")
+    assert status == 202, body
+    # (The op-occ reads FAILED_TEMP until the conductor picks the retry up.)
+    lcm.rec.wait(timeout=90, vnfLcmOpOccId=occ["id"], operationState="COMPLETED")
+    assert lcm.tacker.op_occ(occ["id"])["operationState"] == "COMPLETED"
+    sent = [b["operationState"] for b in lcm.rec.bodies(vnfLcmOpOccId=occ["id"])]
+    assert sorted(sent) == ["COMPLETED", "FAILED_TEMP", "PROCESSING", "PROCESSING", "STARTING"]
+
+    def settled() -> list[tuple[str, int, str]] | None:
+        rows = sorted(
+            (e["operationState"], e["attempt"], e["status"])
+            for e in serve.events()
+            if e["vnfLcmOpOccId"] == occ["id"]
+        )
+        return rows if len(rows) == 5 and all(r[2] == "done" for r in rows) else None
+
+    assert wait_for(settled, timeout=30, what="serve to run all five transitions") == [
+        ("COMPLETED", 1, "done"),
+        ("FAILED_TEMP", 0, "done"),
+        ("PROCESSING", 0, "done"),
+        ("PROCESSING", 1, "done"),
+        ("STARTING", 0, "done"),
+    ]
+    lcm.terminate_and_delete(inst_id)
+
+
+def _utc_now_text() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_heat_503_during_scale_out_gives_failed_temp_then_rollback(
