@@ -335,12 +335,12 @@ class KafkaSource:
             try:
                 await consumer.start()
             except asyncio.CancelledError:
-                await _stop_quietly(consumer)
+                await _stop_quietly(consumer, self._settings.request_timeout)
                 raise
             except KafkaError as exc:
                 self._broker_ok = False
                 self._note_error("connect", exc)
-                await _stop_quietly(consumer)
+                await _stop_quietly(consumer, self._settings.request_timeout)
                 await asyncio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, self._settings.store_backoff_max)
                 continue
@@ -368,7 +368,7 @@ class KafkaSource:
                 task.cancel()
             await asyncio.gather(*self._helpers, return_exceptions=True)
             self._helpers = []
-            await _stop_quietly(consumer)
+            await _stop_quietly(consumer, self._settings.request_timeout)
             self._broker_ok = False
 
     async def _poll_loop(self, consumer: Any) -> None:
@@ -666,9 +666,13 @@ def _fmt(tps: Iterable[Partition]) -> str:
     return ", ".join(f"{tp.topic}/{tp.partition}" for tp in sorted(tps)) or "-"
 
 
-async def _stop_quietly(consumer: Any) -> None:
+async def _stop_quietly(consumer: Any, within: float) -> None:
+    # Bounded: leaving the group talks to the broker, and a shutdown must not
+    # hang on a broker that stopped answering.
     try:
-        await consumer.stop()
+        await asyncio.wait_for(consumer.stop(), within)
+    except TimeoutError:
+        log.warning("kafka consumer did not stop within %.0f s; abandoned", within)
     except Exception as exc:
         log.debug("kafka consumer stop failed: %r", exc)
 

@@ -29,11 +29,14 @@ async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int | 
     # (Tansu answers the admin client's OffsetFetch in a form aiokafka cannot
     # parse; the consumer's version works.)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group)
-    await consumer.start()
+    await asyncio.wait_for(consumer.start(), 30)
     try:
-        return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(3)}
+        return {
+            p: await asyncio.wait_for(consumer.committed(TopicPartition(topic, p)), 30)
+            for p in range(3)
+        }
     finally:
-        await consumer.stop()
+        await asyncio.wait_for(consumer.stop(), 30)
 
 
 async def test_thousand_notifications_one_event_each(broker: Any, store: Store) -> None:
