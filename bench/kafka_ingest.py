@@ -6,6 +6,8 @@ notification records over 3 partitions, then consumes them twice, each time
 with a fresh consumer group:
 
 * bare: an aiokafka consumer that only counts records (no parsing, no store);
+* parse only: KafkaSource with a sink that discards what it is given, to show
+  how much of the gap is decoding and validation rather than the store;
 * ours: KafkaSource into a Store on a temporary SQLite file, offsets committed.
 
 Each rate counts from the first record seen to the last one consumed/stored, so
@@ -157,19 +159,55 @@ class _Timed:
         return await self._events.append_poison(**kwargs)
 
 
-async def ours(
-    bootstrap: str, topic: str, count: int, workdir: Path, database: DatabaseSettings
-) -> tuple[float, int]:
-    settings = KafkaSettings(
+class _Discard:
+    """A sink that stores nothing: KafkaSource's decoding, tracking and commits alone."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self.first = 0.0
+        self.done = 0
+        self.finished = asyncio.Event()
+        self.last = 0.0
+
+    async def append(self, new: NewEvent) -> AppendResult:
+        return (await self.append_many([new]))[0]
+
+    async def append_many(self, news: list[NewEvent]) -> list[AppendResult]:
+        if not self.first:
+            self.first = time.perf_counter()
+        self.done += len(news)
+        if self.done >= self._count:
+            self.last = time.perf_counter()
+            self.finished.set()
+        return [AppendResult(0, False) for _ in news]
+
+    async def append_poison(self, **kwargs: Any) -> AppendResult:
+        return AppendResult(0, False)
+
+
+def _source_settings(bootstrap: str, topic: str) -> KafkaSettings:
+    return KafkaSettings(
         bootstrap_servers=(bootstrap,),
         topics=(topic,),
         group_id=f"ours-{uuid.uuid4().hex[:8]}",
         session_timeout=6.0,
         heartbeat_interval=0.5,
     )
+
+
+async def parse_only(bootstrap: str, topic: str, count: int) -> float:
+    sink = _Discard(count)
+    async with KafkaSource(_source_settings(bootstrap, topic), sink):
+        await asyncio.wait_for(sink.finished.wait(), 120)
+    return count / (sink.last - sink.first)
+
+
+async def ours(
+    bootstrap: str, topic: str, count: int, workdir: Path, database: DatabaseSettings
+) -> tuple[float, int]:
     async with Store(database) as store:
         timed = _Timed(store, count)
-        async with KafkaSource(settings, timed) as source:
+        async with KafkaSource(_source_settings(bootstrap, topic), timed) as source:
             await asyncio.wait_for(timed.finished.wait(), 120)
             rate = count / (timed.last - timed.first)
             stored = source.status().stored
@@ -192,6 +230,8 @@ async def main(count: int, group_commit_max: int, synchronous: str) -> int:
             print(f"produced {count} records in {time.perf_counter() - started:.1f}s")
             bare_rate = await bare(broker.bootstrap, topic, count)
             print(f"bare aiokafka consume loop: {bare_rate:,.0f} records/s")
+            parse_rate = await parse_only(broker.bootstrap, topic, count)
+            print(f"KafkaSource, parse only (sink discards): {parse_rate:,.0f} records/s")
             database = DatabaseSettings(
                 url=f"sqlite+aiosqlite:///{workdir / 'bench.db'}",
                 group_commit_max=group_commit_max,
