@@ -141,11 +141,13 @@ LEASE_RELEASE = leases.delete().where(leases.c.lane == B("b_lane"), leases.c.own
 
 # Attempts (subscriber.store.attempts): which op-occs ever failed temporarily,
 # and the transitions stored for those.
+# The state is a literal, not a parameter, so SQLite can use the partial
+# index ix_events_failed_temp_op_occ.
 FAILING_OP_OCCS = (
     sa.select(events.c.vnf_lcm_op_occ_id)
     .where(
         events.c.vnf_lcm_op_occ_id.in_(B("b_ids", expanding=True)),
-        events.c.operation_state == "FAILED_TEMP",
+        events.c.operation_state == sa.literal_column("'FAILED_TEMP'"),
     )
     .distinct()
 )

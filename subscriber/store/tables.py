@@ -98,6 +98,12 @@ events = sa.Table(
 sa.Index("ix_events_status_instance", events.c.status, events.c.vnf_instance_id)
 sa.Index("ix_events_instance", events.c.vnf_instance_id, events.c.id)
 sa.Index("ix_events_op_occ", events.c.vnf_lcm_op_occ_id)
+sa.Index(
+    "ix_events_failed_temp_op_occ",
+    events.c.vnf_lcm_op_occ_id,
+    sqlite_where=events.c.operation_state == "FAILED_TEMP",
+    postgresql_where=events.c.operation_state == "FAILED_TEMP",
+)
 
 jobs = sa.Table(
     "jobs",

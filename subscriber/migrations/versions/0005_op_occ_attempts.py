@@ -22,9 +22,19 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("op_occ_attempt", sa.Integer, nullable=False, server_default="0")
         )
+    # Every append asks which of its op-occs ever failed temporarily: a tiny
+    # index of just those answers it without reading any event row.
+    op.create_index(
+        "ix_events_failed_temp_op_occ",
+        "events",
+        ["vnf_lcm_op_occ_id"],
+        sqlite_where=sa.text("operation_state = 'FAILED_TEMP'"),
+        postgresql_where=sa.text("operation_state = 'FAILED_TEMP'"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_events_failed_temp_op_occ", "events")
     with op.batch_alter_table("events") as batch:
         batch.drop_column("op_occ_attempt")
         batch.drop_column("notified_at")
