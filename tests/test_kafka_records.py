@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,3 +67,15 @@ def test_poison(value: bytes | None, field_name: str | None) -> None:
     assert info.value.field == field_name
     assert str(info.value)
     assert poison_dedup_key(Rec(value)) == "poison|kafka|t|1|42"
+
+
+def test_a_wrongly_keyed_topic_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    topic = f"relay-{uuid.uuid4().hex[:6]}"
+    caplog.set_level(logging.WARNING, logger="subscriber.ingest.kafka_records")
+    for offset in range(5):
+        new = decode_record(
+            Rec(_json(notification("vnf-1", f"op-{offset}")), key=b"x", topic=topic)
+        )
+        assert (new.meta or {})["kafka"]["key_mismatch"] is True
+    warnings = [r for r in caplog.records if "is not the body's vnfInstanceId" in r.getMessage()]
+    assert len(warnings) == 1 and topic in warnings[0].getMessage()

@@ -167,13 +167,22 @@ def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
     return NewEvent(source="kafka", notification=notification, body=body, meta=meta)
 
 
+# Topics already warned about: a relay that keys records wrongly would
+# otherwise log a warning for every record it sends.
+_mismatch_warned: set[str] = set()
+
+
 def _check_key(record: KafkaRecord, meta: dict[str, Any], vnf_instance_id: str) -> None:
     key = meta["kafka"]["record_key"]
     if key is not None and key != vnf_instance_id:
         # The body is authoritative; the key only steered the partition.
         meta["kafka"]["key_mismatch"] = True
-        log.warning(
-            "kafka record %s/%d@%d: key %r is not the body's vnfInstanceId %r; using the body's",
+        first = record.topic not in _mismatch_warned
+        _mismatch_warned.add(record.topic)
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "kafka record %s/%d@%d: key %r is not the body's vnfInstanceId %r; using the "
+            "body's (warned once per topic; such events have meta.kafka.key_mismatch)",
             record.topic,
             record.partition,
             record.offset,
