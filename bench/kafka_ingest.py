@@ -42,7 +42,7 @@ import kafka_broker  # noqa: E402
 from subscriber.config import DatabaseSettings, KafkaSettings  # noqa: E402
 from subscriber.heap import freeze_long_lived  # noqa: E402
 from subscriber.ingest.kafka import KafkaSource  # noqa: E402
-from subscriber.store import AppendResult, NewEvent, Store  # noqa: E402
+from subscriber.store import AppendResult, EventStore, NewEvent, Store  # noqa: E402
 
 PARTITIONS = 3
 STATES = (("STARTING", "START"), ("PROCESSING", "START"), ("COMPLETED", "RESULT"))
@@ -125,44 +125,14 @@ async def bare(bootstrap: str, topic: str, count: int) -> float:
 
 
 class _Timed:
-    """The real event store, noting when the first append started and the last ended."""
+    """A sink noting when the first append started and the last ended.
 
-    def __init__(self, store: Store, count: int) -> None:
-        self._events = store.events
-        self._count = count
-        self.first = 0.0
-        self.done = 0
-        self.finished = asyncio.Event()
-        self.last = 0.0
+    With ``events`` it appends to the real event store; without, it stores
+    nothing (KafkaSource's decoding, tracking and commits alone).
+    """
 
-    async def append(self, new: NewEvent) -> AppendResult:
-        if not self.first:
-            self.first = time.perf_counter()
-        result = await self._events.append(new)
-        self.done += 1
-        if self.done >= self._count:
-            self.last = time.perf_counter()
-            self.finished.set()
-        return result
-
-    async def append_many(self, news: list[NewEvent]) -> list[AppendResult]:
-        if not self.first:
-            self.first = time.perf_counter()
-        results = await self._events.append_many(news)
-        self.done += len(news)
-        if self.done >= self._count:
-            self.last = time.perf_counter()
-            self.finished.set()
-        return results
-
-    async def append_poison(self, **kwargs: Any) -> AppendResult:
-        return await self._events.append_poison(**kwargs)
-
-
-class _Discard:
-    """A sink that stores nothing: KafkaSource's decoding, tracking and commits alone."""
-
-    def __init__(self, count: int) -> None:
+    def __init__(self, events: EventStore | None, count: int) -> None:
+        self._events = events
         self._count = count
         self.first = 0.0
         self.done = 0
@@ -175,14 +145,20 @@ class _Discard:
     async def append_many(self, news: list[NewEvent]) -> list[AppendResult]:
         if not self.first:
             self.first = time.perf_counter()
+        if self._events is None:
+            results = [AppendResult(0, False) for _ in news]
+        else:
+            results = await self._events.append_many(news)
         self.done += len(news)
         if self.done >= self._count:
             self.last = time.perf_counter()
             self.finished.set()
-        return [AppendResult(0, False) for _ in news]
+        return results
 
     async def append_poison(self, **kwargs: Any) -> AppendResult:
-        return AppendResult(0, False)
+        if self._events is None:
+            return AppendResult(0, False)
+        return await self._events.append_poison(**kwargs)
 
 
 def _source_settings(bootstrap: str, topic: str) -> KafkaSettings:
@@ -196,7 +172,7 @@ def _source_settings(bootstrap: str, topic: str) -> KafkaSettings:
 
 
 async def parse_only(bootstrap: str, topic: str, count: int) -> float:
-    sink = _Discard(count)
+    sink = _Timed(None, count)
     async with KafkaSource(_source_settings(bootstrap, topic), sink):
         await asyncio.wait_for(sink.finished.wait(), 120)
     return count / (sink.last - sink.first)
@@ -206,7 +182,7 @@ async def ours(
     bootstrap: str, topic: str, count: int, workdir: Path, database: DatabaseSettings
 ) -> tuple[float, int]:
     async with Store(database) as store:
-        timed = _Timed(store, count)
+        timed = _Timed(store.events, count)
         async with KafkaSource(_source_settings(bootstrap, topic), timed) as source:
             await asyncio.wait_for(timed.finished.wait(), 120)
             rate = count / (timed.last - timed.first)

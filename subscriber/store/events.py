@@ -23,7 +23,14 @@ from subscriber.redact import redact, redact_text
 from subscriber.store import statements as st
 from subscriber.store.attempts import Seen, attempt_of, notified_at
 from subscriber.store.database import Database
-from subscriber.store.records import AppendResult, EventRow, NewEvent, op_occ_key, state_rank
+from subscriber.store.records import (
+    APPEND_COLUMNS,
+    AppendResult,
+    EventRow,
+    NewEvent,
+    op_occ_key,
+    state_rank,
+)
 from subscriber.store.tables import EventStatus, events
 from subscriber.store.writer import INGEST, WriteQueue
 
@@ -105,29 +112,7 @@ class _Pending:
         self.future = future
 
 
-# Columns of an appended row, in the order of the SQLite fast path's INSERT.
-_APPEND_COLUMNS = (
-    "received_at",
-    "updated_at",
-    "source",
-    "notification_type",
-    "notification_id",
-    "vnf_instance_id",
-    "vnf_lcm_op_occ_id",
-    "operation",
-    "operation_state",
-    "notification_status",
-    "state_rank",
-    "dedup_key",
-    "api_version",
-    "body",
-    "meta",
-    "status",
-    "status_detail",
-    "notified_at",
-    "op_occ_attempt",
-)
-_SQLITE_ROW = f"({', '.join('?' * (len(_APPEND_COLUMNS) + 1))})"
+_SQLITE_ROW = f"({', '.join('?' * (len(APPEND_COLUMNS) + 1))})"
 # Rows per multi-row INSERT: 20 parameters each, well inside SQLite's 32766.
 _ROWS_PER_INSERT = 500
 
@@ -135,7 +120,7 @@ _ROWS_PER_INSERT = 500
 @functools.lru_cache(maxsize=64)
 def _sqlite_insert(rows: int) -> str:
     return (
-        f"INSERT INTO events (id, {', '.join(_APPEND_COLUMNS)}) "
+        f"INSERT INTO events (id, {', '.join(APPEND_COLUMNS)}) "
         f"VALUES {', '.join([_SQLITE_ROW] * rows)}"
     )
 
@@ -222,7 +207,7 @@ def _insert_new_sqlite(
         params: list[Any] = []
         for event_id, row in zip(ids[start:], chunk, strict=False):
             params.append(event_id)
-            params.extend(row[c] for c in _APPEND_COLUMNS)
+            params.extend(row[c] for c in APPEND_COLUMNS)
         conn.exec_driver_sql(_sqlite_insert(len(chunk)), tuple(params))
     return {r["dedup_key"]: i for i, r in zip(ids, new, strict=True)}, existing
 

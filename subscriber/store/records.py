@@ -13,7 +13,7 @@ from schemas import (
 )
 from subscriber.redact import may_hold_secret, redact
 
-__all__ = ["AppendResult", "EventRow", "NewEvent", "dedup_key_of", "op_occ_key"]
+__all__ = ["APPEND_COLUMNS", "AppendResult", "EventRow", "NewEvent", "dedup_key_of", "op_occ_key"]
 
 SOURCES = ("http", "kafka", "reconcile", "replay")
 
@@ -171,6 +171,8 @@ _EVENT_COLUMNS = (
     "status",
     "status_detail",
 )
+# What an append writes, in this order (the store gives the id).
+APPEND_COLUMNS = (*_EVENT_COLUMNS[1:], "notified_at", "op_occ_attempt")
 
 
 def state_rank(notification: Notification) -> int | None:
