@@ -32,7 +32,8 @@ if str(ROOT) not in sys.path:  # `python bench/scale_join.py` from a checkout
 
 from schemas.cluster_params import parse_install_output  # noqa: E402
 from subscriber.config import SshSettings  # noqa: E402
-from subscriber.ssh import SshPool, SshTarget  # noqa: E402
+from subscriber.kernel.ports import SshTarget  # noqa: E402
+from subscriber.ssh import SshPool  # noqa: E402
 
 SCRIPTS = ROOT / "scripts"
 SCRIPT = "/tmp/install_k8s_cluster.sh"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from handlers.base import JobContext, Plan, Step
-from schemas import VnfLcmOperationOccurrenceNotification
+from schemas import Notification, VnfLcmOperationOccurrenceNotification
+from subscriber.kernel import JobContext, Plan, Step
 
 __all__ = ["LogHandler"]
 
@@ -30,5 +30,5 @@ async def _record(ctx: JobContext) -> dict[str, Any]:
 class LogHandler:
     name = "log"
 
-    async def plan(self, ctx: JobContext) -> Plan:
+    def plan(self, notification: Notification) -> Plan:
         return Plan((Step("record", _record, idempotent=True, timeout=10.0),))

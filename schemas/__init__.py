@@ -10,7 +10,6 @@ from schemas.enums import (
 )
 from schemas.notifications import (
     Notification,
-    NotificationParseError,
     VnfIdentifierCreationNotification,
     VnfIdentifierDeletionNotification,
     VnfLcmOperationOccurrenceNotification,
@@ -18,6 +17,7 @@ from schemas.notifications import (
     parse_notification_data,
 )
 from schemas.problem import PROBLEM_CONTENT_TYPE, ProblemDetails
+from subscriber.errors import NotificationParseError  # what parse_notification raises
 
 __all__ = [
     "PROBLEM_CONTENT_TYPE",

@@ -42,10 +42,11 @@ from pydantic import (
     model_validator,
 )
 
+from subscriber.errors import ClusterParamsError
+
 __all__ = [
     "PARAM_KEY",
     "ApiVersion",
-    "ClusterParamsError",
     "InstallReport",
     "K8sClusterInstallationParams",
     "MasterNodeParams",
@@ -250,15 +251,6 @@ def _api(info: ValidationInfo) -> ApiVersion:
     if api not in ("v1", "v2"):
         raise ValueError(f"unknown API version {api!r}")
     return "v1" if api == "v1" else "v2"
-
-
-class ClusterParamsError(ValueError):
-    """The parameters are invalid; ``problems`` lists (field path, what's wrong)."""
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        self.problems = problems
-        lines = "; ".join(f"{path}: {what}" if path else what for path, what in problems)
-        super().__init__(f"invalid {PARAM_KEY}: {lines}")
 
 
 _MESSAGES = {

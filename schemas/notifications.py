@@ -20,6 +20,7 @@ from schemas.enums import (
     Verbosity,
 )
 from schemas.problem import ProblemDetails
+from subscriber.errors import NotificationParseError
 
 __all__ = [
     "Link",
@@ -128,20 +129,6 @@ Notification = Annotated[
 ]
 
 _adapter: TypeAdapter[Notification] = TypeAdapter(Notification)
-
-
-class NotificationParseError(ValueError):
-    """The body is not a valid notification.
-
-    Attributes:
-        field: dotted path of the first bad field (``None`` for bad JSON).
-        detail: one human sentence naming the problem.
-    """
-
-    def __init__(self, detail: str, field: str | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.field = field
 
 
 def _loc_text(loc: tuple[int | str, ...]) -> str:

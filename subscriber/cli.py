@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from subscriber.config import ConfigFileError, Settings, load_settings, masked
+from subscriber.config import Settings, load_settings, masked
+from subscriber.errors import ConfigFileError
 from subscriber.kafka_cli import add_kafka_parser
 from subscriber.operate_cli import add_operate_parsers
 from subscriber.tacker_cli import add_tacker_parsers

@@ -27,6 +27,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from subscriber.errors import ConfigFileError
+
 __all__ = [
     "AuthSettings",
     "BasicAuthSettings",
@@ -177,6 +179,12 @@ class ClusterSettings(_Section):
     script_env: dict[str, str] = {}
     kubectl: str = "kubectl"
     kubeadm: str = "kubeadm"
+    etcdctl: str = "etcdctl"
+    # pod: etcdctl inside the master's etcd static pod (kubectl exec, Tacker's way);
+    # host: etcdctl on the master itself (where pods cannot be exec'ed into).
+    etcdctl_via: Literal["pod", "host"] = "pod"
+    # Run on a master after its haproxy backends changed ("" = leave haproxy alone).
+    haproxy_reload: str = "systemctl reload haproxy"
     install_timeout: float = Field(default=2700.0, gt=0)  # Tacker's K8S_INSTALL_TIMEOUT
     kubectl_timeout: float = Field(default=60.0, gt=0)
     # Seconds to wait for the service-account token controller to fill the Secret.
@@ -555,10 +563,6 @@ class Settings(BaseSettings):
             else:
                 sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
         return tuple(sources)
-
-
-class ConfigFileError(ValueError):
-    """The configuration file is missing or unreadable."""
 
 
 def load_settings(

@@ -1,41 +1,97 @@
-"""The error tree of lccn-subscriber.
+"""The error tree of lccn-subscriber: every exception it raises on purpose.
 
-Every error the service raises on purpose derives from :class:`LccnError`.
 Class attributes drive the runner: ``retriable`` errors are retried with
-persisted backoff, the rest fail the job (its event stays for replay).
+persisted backoff, the rest fail the job (its event stays for replay);
+``error_class`` is the short stable name stored with a failure and used in
+metrics and ``failed list --error-class``. The adapters translate foreign errors
+(asyncssh, aiohttp, keystoneauth, openstacksdk, aiokafka) into these at one
+boundary each, chaining the original with ``from exc``.
 
 ::
 
     LccnError
-    ├── ConfigError                  bad configuration (fail at start-up)
-    ├── StoreError                   the event store failed
-    │   └── StoreUnavailable         (retriable) database unreachable / locked
-    ├── NotificationError            a body is not a valid notification
-    ├── IngestError                  an ingest source failed (Kafka client errors)
-    │   └── BrokerUnavailable        (retriable) no Kafka broker answered
-    ├── StepError                    a step of a job failed
-    │   ├── TransientStepError       (retriable) SSH connect/timeout, 5xx, 409, broker down
-    │   └── PermanentStepError       bad parameters, auth refused, script failed
-    └── StepInterrupted              a non-idempotent step was cut off mid-run;
-                                     its effect is unknown, so it is not re-run
+    ├── ConfigError                     bad configuration (fail at start-up)
+    │   └── ConfigFileError             the configuration file is missing or unreadable
+    ├── StoreError                      the event store failed
+    │   └── StoreUnavailable            (retriable) database unreachable / locked
+    ├── NotificationParseError          a body is not a valid notification (also ValueError)
+    ├── IngestError                     an ingest source failed (Kafka client errors)
+    │   └── BrokerUnavailable           (retriable) no Kafka broker answered
+    ├── ClusterParamsError              invalid k8s_cluster_installation_param (also ValueError)
+    ├── StepError                       a step of a job failed
+    │   ├── TransientStepError          (retriable)
+    │   │   ├── SshConnectError         cannot connect: refused, unreachable, timeout
+    │   │   ├── SshConnectionLost       an open connection or channel broke
+    │   │   ├── CommandTimeout          a remote command ran past its timeout
+    │   │   ├── OpenStackUnavailable    connect failure, timeout, 5xx, 429
+    │   │   └── TackerUnavailable       connection refused/reset, timeout, 5xx, Keystone down
+    │   │       └── TackerConflict      409 past the client's own retries
+    │   └── PermanentStepError
+    │       ├── ServiceMissing          a client the step needs is not configured
+    │       ├── DiscoveryError          the VNF is not the cluster its parameters describe
+    │       ├── HostKeyRejected         unknown host key under ``strict``, or a changed key
+    │       ├── AuthenticationFailed    every offered SSH key / the password was refused
+    │       ├── SftpFailed              an upload was refused (no such dir, permission)
+    │       ├── CommandFailed           a remote command exited non-zero (CommandResult.check)
+    │       ├── OpenStackError          (root of OpenStack's, with OpenStackUnavailable)
+    │       │   ├── OpenStackAuthFailed     401/403
+    │       │   ├── OpenStackNotFound       404: no such stack, resource or server
+    │       │   └── OpenStackRequestFailed  another 4xx
+    │       └── TackerRejected          4xx other than 409 (ProblemDetails ``detail``)
+    │           ├── TackerAuthError     Keystone refused the credentials, or 401/403
+    │           └── TackerOpFailed      our MODIFY_INFO op-occ ended FAILED_TEMP/FAILED
+    ├── StepInterrupted                 a non-idempotent step was cut off mid-run;
+    │                                   its effect is unknown, so it is not re-run
+    └── StepOutcome                     not failures: how a step ends other than by returning
+        └── SkipStep                    the step's work is already done ("node already joined")
 
-Step outcomes that are not failures are separate exceptions in
-:mod:`handlers.base` (``SkipStep``).
+``SshError`` is a mixin of the SSH errors (``host`` says ``user@host:port``) and
+``OpenStackError`` of OpenStack's, so ``except SshError`` catches every SSH
+failure whether transient or permanent.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from subscriber.kernel.ports import CommandResult
+
 __all__ = [
+    "AuthenticationFailed",
     "BrokerUnavailable",
+    "ClusterParamsError",
+    "CommandFailed",
+    "CommandTimeout",
     "ConfigError",
+    "ConfigFileError",
+    "DiscoveryError",
+    "HostKeyRejected",
     "IngestError",
     "LccnError",
-    "NotificationError",
+    "NotificationParseError",
+    "OpenStackAuthFailed",
+    "OpenStackError",
+    "OpenStackNotFound",
+    "OpenStackRequestFailed",
+    "OpenStackUnavailable",
     "PermanentStepError",
+    "ServiceMissing",
+    "SftpFailed",
+    "SkipStep",
+    "SshConnectError",
+    "SshConnectionLost",
+    "SshError",
     "StepError",
     "StepInterrupted",
+    "StepOutcome",
     "StoreError",
     "StoreUnavailable",
+    "TackerAuthError",
+    "TackerConflict",
+    "TackerOpFailed",
+    "TackerRejected",
+    "TackerUnavailable",
     "TransientStepError",
 ]
 
@@ -67,8 +123,20 @@ class LccnError(Exception):
         self.step = step
 
 
+# ------------------------------------------------------------ configuration
+
+
 class ConfigError(LccnError):
     error_class = "config"
+
+
+class ConfigFileError(ConfigError):
+    """The configuration file is missing or unreadable."""
+
+    error_class = "config-file"
+
+
+# ---------------------------------------------------------- store and ingest
 
 
 class StoreError(LccnError):
@@ -80,13 +148,19 @@ class StoreUnavailable(StoreError):
     error_class = "store-unavailable"
 
 
-class NotificationError(LccnError):
-    """A body that is not a valid notification; ``field`` names the first bad field."""
+class NotificationParseError(LccnError, ValueError):
+    """The body is not a valid notification.
+
+    Attributes:
+        field: dotted path of the first bad field (``None`` for bad JSON).
+        detail: one human sentence naming the problem.
+    """
 
     error_class = "invalid-notification"
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, detail: str, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
         self.field = field
 
 
@@ -99,6 +173,23 @@ class IngestError(LccnError):
 class BrokerUnavailable(IngestError):
     retriable = True
     error_class = "broker-unavailable"
+
+
+class ClusterParamsError(LccnError, ValueError):
+    """The cluster parameters are invalid; ``problems`` lists (field path, what's wrong).
+
+    The message names each field and never echoes a value (passwords live there).
+    """
+
+    error_class = "invalid-params"
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        lines = "; ".join(f"{path}: {what}" if path else what for path, what in problems)
+        super().__init__(f"invalid k8s_cluster_installation_param: {lines}")
+
+
+# -------------------------------------------------------------------- steps
 
 
 class StepError(LccnError):
@@ -114,5 +205,148 @@ class PermanentStepError(StepError):
     error_class = "permanent"
 
 
+class ServiceMissing(PermanentStepError):
+    error_class = "service-missing"
+
+
+class DiscoveryError(PermanentStepError):
+    """The VNF instance does not look like a cluster the parameters describe."""
+
+    error_class = "discovery"
+
+
 class StepInterrupted(StepError):
     error_class = "interrupted"
+
+
+class StepOutcome(LccnError):
+    """A step ending other than by returning, and not a failure."""
+
+    error_class = "outcome"
+
+
+class SkipStep(StepOutcome):
+    """Raised by a step whose work is already done ("node already joined").
+
+    Its ``result`` is stored as the step's result, like a return value.
+    """
+
+    error_class = "skipped"
+
+    def __init__(self, reason: str = "", result: Any = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.result = result
+
+
+# ---------------------------------------------------------------------- SSH
+
+
+class SshError(LccnError):
+    """Mixin root of the SSH executor's errors; ``host`` is ``user@host:port``."""
+
+    error_class = "ssh"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str = "",
+        step: str | None = None,
+        result: CommandResult | None = None,
+    ) -> None:
+        super().__init__(message, step=step)
+        self.host = host
+        self.result = result
+
+
+class SshConnectError(TransientStepError, SshError):
+    error_class = "ssh-connect"
+
+
+class SshConnectionLost(TransientStepError, SshError):
+    error_class = "ssh-connection-lost"
+
+
+class CommandTimeout(TransientStepError, SshError):
+    """The command ran past its timeout; ``result`` holds the output seen so far."""
+
+    error_class = "ssh-command-timeout"
+
+
+class HostKeyRejected(PermanentStepError, SshError):
+    error_class = "ssh-host-key"
+
+
+class AuthenticationFailed(PermanentStepError, SshError):
+    error_class = "ssh-auth"
+
+
+class SftpFailed(PermanentStepError, SshError):
+    error_class = "ssh-sftp"
+
+
+class CommandFailed(PermanentStepError, SshError):
+    """A command exited non-zero (raised by ``CommandResult.check``); ``result`` is it."""
+
+    error_class = "ssh-command-failed"
+
+
+# ---------------------------------------------------------------- OpenStack
+
+
+class OpenStackError(PermanentStepError):
+    """Root of the OpenStack adapter's errors (permanent unless a subclass says otherwise)."""
+
+    error_class = "openstack"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class OpenStackAuthFailed(OpenStackError):
+    error_class = "openstack-auth"
+
+
+class OpenStackNotFound(OpenStackError):
+    error_class = "openstack-not-found"
+
+
+class OpenStackRequestFailed(OpenStackError):
+    error_class = "openstack-request"
+
+
+class OpenStackUnavailable(TransientStepError, OpenStackError):
+    error_class = "openstack-unavailable"
+
+
+# ------------------------------------------------------------------- Tacker
+
+
+class TackerUnavailable(TransientStepError):
+    error_class = "tacker-unavailable"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TackerConflict(TackerUnavailable):
+    error_class = "tacker-conflict"
+
+
+class TackerRejected(PermanentStepError):
+    error_class = "tacker-rejected"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TackerAuthError(TackerRejected):
+    error_class = "tacker-auth"
+
+
+class TackerOpFailed(TackerRejected):
+    error_class = "tacker-op-failed"

@@ -1,8 +1,8 @@
-"""Heat and Nova reads for node discovery: :class:`handlers.ports.OpenStackLookups` on openstacksdk.
+"""Heat and Nova reads: :class:`~subscriber.kernel.ports.OpenStackLookups` on openstacksdk.
 
 openstacksdk is blocking, so every call runs in a small thread pool owned by
 :class:`OpenStackClient` (never on the event loop). Its errors are translated
-in one place, :func:`_openstack_errors`:
+in one place, :func:`_openstack_errors` (the classes are in :mod:`subscriber.errors`):
 
 * no answer, a timeout, 5xx or 429 -> :class:`OpenStackUnavailable` (transient:
   the runner retries with backoff);
@@ -24,72 +24,36 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from handlers.ports import PortAddresses
 from subscriber.config import OpenStackSettings
-from subscriber.errors import PermanentStepError, TransientStepError
+from subscriber.errors import (
+    OpenStackAuthFailed,
+    OpenStackError,
+    OpenStackNotFound,
+    OpenStackRequestFailed,
+    OpenStackUnavailable,
+)
+from subscriber.kernel.ports import PortAddresses
 from subscriber.redact import redact_text
 
-__all__ = [
-    "OpenStackAuthFailed",
-    "OpenStackClient",
-    "OpenStackError",
-    "OpenStackNotFound",
-    "OpenStackRequestFailed",
-    "OpenStackUnavailable",
-]
+__all__ = ["OpenStackClient"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class OpenStackError(PermanentStepError):
-    """Root of the adapter's errors (permanent unless a subclass says otherwise).
-
-    ::
-
-        OpenStackError (PermanentStepError)
-        ├── OpenStackAuthFailed       401/403: credentials or roles
-        ├── OpenStackNotFound         404: no such stack, resource or server
-        ├── OpenStackRequestFailed    another 4xx
-        └── OpenStackUnavailable      (retriable) connect failure, timeout, 5xx, 429
-    """
-
-    error_class = "openstack"
-    status: int | None = None
-
-
-class OpenStackAuthFailed(OpenStackError):
-    error_class = "openstack-auth"
-
-
-class OpenStackNotFound(OpenStackError):
-    error_class = "openstack-not-found"
-
-
-class OpenStackRequestFailed(OpenStackError):
-    error_class = "openstack-request"
-
-
-class OpenStackUnavailable(TransientStepError, OpenStackError):
-    error_class = "openstack-unavailable"
-
-
 def _status_error(status: int, what: str) -> OpenStackError:
-    err: OpenStackError
     if status in (401, 403):
-        err = OpenStackAuthFailed(
+        return OpenStackAuthFailed(
             f"{what}: OpenStack refused our credentials ({status}); check openstack.username, "
-            "password, project and domains"
+            "password, project and domains",
+            status=status,
         )
-    elif status == 404:
-        err = OpenStackNotFound(f"{what}: not found (404)")
-    elif status >= 500 or status == 429:
-        err = OpenStackUnavailable(f"{what}: OpenStack answered {status}")
-    else:
-        err = OpenStackRequestFailed(f"{what}: OpenStack answered {status}")
-    err.status = status
-    return err
+    if status == 404:
+        return OpenStackNotFound(f"{what}: not found (404)", status=status)
+    if status >= 500 or status == 429:
+        return OpenStackUnavailable(f"{what}: OpenStack answered {status}", status=status)
+    return OpenStackRequestFailed(f"{what}: OpenStack answered {status}", status=status)
 
 
 @contextlib.contextmanager

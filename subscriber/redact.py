@@ -9,10 +9,19 @@ tokens wherever they appear inside strings.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "is_secret_key", "may_hold_secret", "redact", "redact_text", "redact_url"]
+__all__ = [
+    "MASK",
+    "is_secret_key",
+    "mask_secrets",
+    "may_hold_secret",
+    "redact",
+    "redact_text",
+    "redact_url",
+]
 
 MASK = "***"
 
@@ -172,3 +181,11 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[1]
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{netloc}"))
+
+
+def mask_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with ``secrets`` (those of 3 characters or more) and secret-like values masked."""
+    for secret in secrets:
+        if secret and len(secret) >= 3:
+            text = text.replace(secret, MASK)
+    return redact_text(text)

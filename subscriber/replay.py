@@ -31,10 +31,10 @@ from typing import Any, TextIO
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from handlers import HandlerRegistry, JobContext
 from schemas import NotificationParseError, parse_notification
 from subscriber.failed import FailedFilter, select_failed
-from subscriber.logs import EventLogAdapter
+from subscriber.kernel import HandlerRegistry
+from subscriber.redact import redact_text
 from subscriber.store import EventRow, ReplayMode, StepStatus, Store
 from subscriber.store.replays import REPLAYABLE
 from subscriber.store.tables import events, jobs, steps
@@ -50,8 +50,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_PLAN_TIMEOUT = 10.0
 
 
 def actor() -> str:
@@ -228,8 +226,9 @@ async def preview(
 ) -> list[ReplayPreview]:
     """What a replay of each event would do; reads only.
 
-    The plan comes from the handler itself, asked with no services (a handler
-    whose planning needs Tacker or OpenStack reports why it could not plan).
+    The plan comes from the handler itself (plans are pure); steps whose
+    number depends on an earlier step's result show as their pattern
+    (``join-master-<node>``).
     """
     out: list[ReplayPreview] = []
     for event in rows:
@@ -262,21 +261,10 @@ async def preview(
             else:
                 p.reason = f"the last job ran handler {last['handler']!r}: nothing is inherited"
         if handler is not None:
-            ctx = JobContext(
-                event_id=event.id,
-                job_id=0,
-                attempt=1,
-                mode=mode,
-                notification=notification,
-                results={},
-                services={},
-                log=EventLogAdapter(log, {"event_id": event.id, "dry_run": True}),
-            )
             try:
-                plan = await asyncio.wait_for(handler.plan(ctx), _PLAN_TIMEOUT)
-                p.plan = [s.name for s in plan]
+                p.plan = handler.plan(notification).outline()
             except Exception as exc:
-                p.plan_error = f"{type(exc).__name__}: {exc}"[:300]
+                p.plan_error = redact_text(f"{type(exc).__name__}: {exc}"[:300])
         out.append(p)
     return out
 

@@ -17,15 +17,14 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from handlers import HandlerRegistry, JobContext, Plan, RetryClass, SkipStep, Step
 from schemas import Notification, NotificationParseError, parse_notification
 from subscriber.config import DispatchSettings
-from subscriber.errors import LccnError, StepInterrupted
+from subscriber.errors import LccnError, SkipStep, StepInterrupted
 from subscriber.failed import failure_output
+from subscriber.kernel import HandlerRegistry, JobContext, Plan, RetryClass, Services, Step
 from subscriber.logs import EventLogAdapter
 from subscriber.metrics import Metrics
 from subscriber.redact import redact_text
@@ -89,7 +88,7 @@ class Runner:
         store: Store,
         registry: HandlerRegistry,
         settings: DispatchSettings,
-        services: Mapping[str, Any] | None = None,
+        services: Services | None = None,
         metrics: Metrics | None = None,
         echo: EchoCheck | None = None,
     ) -> None:
@@ -97,7 +96,7 @@ class Runner:
         self._echo = echo
         self._registry = registry
         self._settings = settings
-        self._services: Mapping[str, Any] = services or {}
+        self._services = services or Services()
         self._metrics = metrics
 
     def backoff(self, attempts: int) -> float:
@@ -199,7 +198,7 @@ class Runner:
             log=adapter,
         )
         try:
-            plan = await handler.plan(ctx)
+            plan = handler.plan(notification)  # pure: no I/O (see subscriber.kernel.plan)
             final = await self._run_plan(job, plan, ctx, stored_steps)
         except _StepFailed as failed:
             return await self._record_failure(job, failed.step, failed.failure, adapter), mode
@@ -218,7 +217,7 @@ class Runner:
                 final_step=final,
             )
         )
-        adapter.info("job done", extra={"handler": handler.name, "steps": len(plan)})
+        adapter.info("job done", extra={"handler": handler.name, "steps": len(ctx.results)})
         return JobOutcome.DONE, mode
 
     async def _run_plan(
@@ -231,7 +230,7 @@ class Runner:
         """
         stored = {s.name: s for s in stored_steps}
         pending: StepOutcome | None = None
-        for idx, step in enumerate(plan):
+        for idx, step in enumerate(plan.steps(ctx.results)):
             row = stored.get(step.name)
             if row is not None and row.status in (StepStatus.DONE, StepStatus.SKIPPED):
                 ctx.results[step.name] = row.result_json()

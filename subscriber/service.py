@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from handlers import HandlerRegistry, default_registry
-from handlers.ports import INVENTORY, OPENSTACK, SSH, TACKER
+from handlers import default_registry
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.health import CheckResult, Health
@@ -18,6 +16,7 @@ from subscriber.heap import freeze_long_lived
 from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.kafka import KafkaSource, build_kafka_source
+from subscriber.kernel import HandlerRegistry, Services
 from subscriber.metrics import Metrics, install_metrics_route
 from subscriber.openstack import OpenStackClient
 from subscriber.runner import Runner
@@ -44,7 +43,8 @@ class Service:
         settings: the effective configuration.
         registry: handler routes (defaults to the built-in registry plus
             ``settings.handlers.modules``).
-        services: clients handed to steps (ssh, tacker, openstack ...).
+        services: clients handed to steps; each one set wins over the service's own
+            (which is then neither built nor started).
     """
 
     def __init__(
@@ -52,7 +52,7 @@ class Service:
         settings: Settings,
         *,
         registry: HandlerRegistry | None = None,
-        services: Mapping[str, Any] | None = None,
+        services: Services | None = None,
     ) -> None:
         self.settings = settings
         self.store = Store(settings.database)
@@ -61,23 +61,25 @@ class Service:
         self.store.events.add_observer(self.metrics.observe_appends)
         # The clients steps use. Ours start and stop with the service; those the
         # caller hands in (and which win over ours) are the caller's to manage.
-        self.ssh = SshPool(settings.ssh)
-        self.openstack: OpenStackClient | None = (
-            OpenStackClient(settings.openstack) if settings.openstack.enabled else None
-        )
+        given = services or Services()
+        self.ssh = SshPool(settings.ssh) if given.ssh is None else None
+        self.openstack: OpenStackClient | None = None
+        if given.openstack is None and settings.openstack.enabled:
+            self.openstack = OpenStackClient(settings.openstack)
         self.tacker: TackerClient | None = None
-        if TACKER not in (services or {}) and settings.tacker.configured:
+        if given.tacker is None and settings.tacker.configured:
             self.tacker = TackerClient(settings.tacker, echo=self.store.tacker)
-        owned: dict[str, Any] = {SSH: self.ssh, INVENTORY: self.store.inventory}
-        if self.openstack is not None:
-            owned[OPENSTACK] = self.openstack
-        if self.tacker is not None:
-            owned[TACKER] = self.tacker
-        self.services: dict[str, Any] = {**owned, **(services or {})}
-        self._owned = [c for k, c in owned.items() if self.services[k] is c and k != INVENTORY]
+        own = Services(
+            ssh=self.ssh,
+            tacker=self.tacker,
+            openstack=self.openstack,
+            inventory=self.store.inventory,
+        )
+        self.services = own.merged(given)
+        self._owned: list[Any] = [c for c in (self.ssh, self.openstack, self.tacker) if c]
         mode = settings.cluster.handlers
         cluster_handlers = mode == "on" or (
-            mode == "auto" and all(k in self.services for k in (TACKER, OPENSTACK))
+            mode == "auto" and {"tacker", "openstack"} <= self.services.configured()
         )
         self.registry = registry or default_registry(
             settings.handlers.modules, cluster=settings.cluster, cluster_handlers=cluster_handlers

@@ -1,8 +1,8 @@
 """The SSH executor: commands and file uploads on the VNF's VMs.
 
-Handlers talk to :class:`SshExecutor` (a Protocol), so unit tests can inject an
-in-memory fake; the service and the ``ssh`` test tier use :class:`SshPool`, one
-reused asyncssh connection per (host, port, user).
+Handlers talk to :class:`~subscriber.kernel.ports.SshExecutor` (a Protocol),
+so unit tests can inject an in-memory fake; the service and the ``ssh`` test
+tier use :class:`SshPool`, one reused asyncssh connection per (host, port, user).
 
 What it does better than Tacker's ``RemoteCommandExecutor`` (TACKER.md §1.3):
 host keys are pinned (``strict``, or ``accept-new`` = trust on first use), key
@@ -10,7 +10,8 @@ authentication as well as the password Tacker's parameters carry, a real
 timeout on every command, output bounded to its tail, and errors classified
 for the runner.
 
-Errors (all translated from asyncssh in :func:`_ssh_errors`, with ``from exc``)::
+Errors (:mod:`subscriber.errors`; all translated from asyncssh in
+:func:`_ssh_errors`, with ``from exc``)::
 
     TransientStepError (retriable)
     ├── SshConnectError       cannot connect: refused, unreachable, connect timeout
@@ -23,10 +24,10 @@ Errors (all translated from asyncssh in :func:`_ssh_errors`, with ``from exc``):
     └── CommandFailed         non-zero exit, raised by :meth:`CommandResult.check`
 
 A command that exits non-zero is *not* an error of the executor: it returns a
-:class:`CommandResult` and the step decides (``kubectl get node X`` exiting 1
-means "not joined yet"). Everything shown in logs and error messages is
-redacted (:func:`subscriber.redact.redact_text` plus the target's password and
-the ``secrets`` a caller names).
+:class:`~subscriber.kernel.ports.CommandResult` and the step decides
+(``kubectl get node X`` exiting 1 means "not joined yet"). Everything shown in
+logs and error messages is redacted (:func:`subscriber.redact.redact_text` plus
+the target's password and the ``secrets`` a caller names).
 """
 
 from __future__ import annotations
@@ -41,36 +42,28 @@ import shlex
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
 
 import asyncssh
-from pydantic import SecretStr
 
 from subscriber.config import SshSettings
-from subscriber.errors import LccnError, PermanentStepError, TransientStepError
-from subscriber.redact import MASK, redact_text
+from subscriber.errors import (
+    AuthenticationFailed,
+    CommandTimeout,
+    HostKeyRejected,
+    LccnError,
+    SftpFailed,
+    SshConnectError,
+    SshConnectionLost,
+    SshError,
+)
+from subscriber.kernel.ports import CommandResult, SshTarget
+from subscriber.redact import mask_secrets
 
-__all__ = [
-    "AuthenticationFailed",
-    "CommandFailed",
-    "CommandResult",
-    "CommandTimeout",
-    "HostKeyPolicy",
-    "HostKeyRejected",
-    "KnownHosts",
-    "PoolState",
-    "SftpFailed",
-    "SshConnectError",
-    "SshConnectionLost",
-    "SshError",
-    "SshExecutor",
-    "SshPool",
-    "SshTarget",
-    "run_checked",
-]
+__all__ = ["HostKeyPolicy", "KnownHosts", "PoolState", "SshPool"]
 
 log = logging.getLogger(__name__)
 
@@ -90,186 +83,14 @@ class PoolState(enum.Enum):
     CLOSED = "closed"
 
 
-# --------------------------------------------------------------------- errors
-
-
-class SshError(LccnError):
-    """Mixin root of the executor's errors; ``host`` is ``user@host:port``."""
-
-    error_class = "ssh"
-    host: str = ""
-
-
-class SshConnectError(TransientStepError, SshError):
-    error_class = "ssh-connect"
-
-
-class SshConnectionLost(TransientStepError, SshError):
-    error_class = "ssh-connection-lost"
-
-
-class CommandTimeout(TransientStepError, SshError):
-    """The command ran past its timeout; ``result`` holds the output seen so far."""
-
-    error_class = "ssh-command-timeout"
-    result: CommandResult | None = None
-
-
-class HostKeyRejected(PermanentStepError, SshError):
-    error_class = "ssh-host-key"
-
-
-class AuthenticationFailed(PermanentStepError, SshError):
-    error_class = "ssh-auth"
-
-
-class SftpFailed(PermanentStepError, SshError):
-    error_class = "ssh-sftp"
-
-
-class CommandFailed(PermanentStepError, SshError):
-    """A command exited non-zero (raised by :meth:`CommandResult.check`)."""
-
-    error_class = "ssh-command-failed"
-    result: CommandResult | None = None
-
-
 _E = TypeVar("_E", bound=SshError)
 
 
 def _error(cls: type[_E], message: str, host: str, **extra: object) -> _E:
-    err = cls(message)
-    err.host = host
+    err = cls(message, host=host)
     for name, value in extra.items():
         setattr(err, name, value)
     return err
-
-
-# --------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SshTarget:
-    """Where and as whom to run: one pooled connection per (host, port, username).
-
-    Arguments:
-        host: address or name of the VM (Tacker's ``ssh_cp_name`` IP).
-        username: login user; commands run with ``sudo=True`` go through sudo
-            unless this is ``root``.
-        port: SSH port; ``None`` takes the executor's default.
-        password: for password authentication and ``sudo -S``.
-        client_keys: private key files tried before the executor's own.
-        known_hosts: extra OpenSSH known_hosts lines trusted for this target
-            (e.g. pinned in the VNF's parameters).
-    """
-
-    host: str
-    username: str = "root"
-    port: int | None = None
-    password: SecretStr | None = field(default=None, compare=False, repr=False)
-    client_keys: tuple[Path, ...] = field(default=(), compare=False)
-    known_hosts: str | None = field(default=None, compare=False, repr=False)
-
-    def describe(self, default_port: int = 22) -> str:
-        return f"{self.username}@{self.host}:{self.port or default_port}"
-
-
-@dataclass(frozen=True, slots=True)
-class CommandResult:
-    """The outcome of one command.
-
-    ``stdout``/``stderr`` are the *tails* of the streams (at most
-    ``max_output_bytes`` each, decoded as UTF-8 with replacement), raw, for the
-    step to parse; ``command`` is the redacted form, for messages.
-    """
-
-    host: str
-    command: str
-    exit_status: int | None
-    stdout: str
-    stderr: str
-    duration: float
-    exit_signal: str | None = None
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-    secrets: tuple[str, ...] = field(default=(), repr=False, compare=False)
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_status == 0
-
-    def redacted(self, text: str) -> str:
-        """``text`` with this command's secrets and secret-looking values masked."""
-        return _mask(text, self.secrets)
-
-    def check(self, *, step: str | None = None) -> CommandResult:
-        """Return ``self`` if the command exited 0, else raise.
-
-        Raises:
-            CommandFailed: with the exit status and the redacted stderr tail
-                (stdout's when stderr is empty).
-        """
-        if self.ok:
-            return self
-        status = f"signal {self.exit_signal}" if self.exit_signal else f"exit {self.exit_status}"
-        tail = (self.stderr.strip() or self.stdout.strip())[-800:]
-        message = f"{self.command!r} on {self.host} failed ({status})"
-        if tail:
-            message += f": {self.redacted(tail)}"
-        err = _error(CommandFailed, message, self.host, result=self)
-        err.step = step
-        raise err
-
-
-def _mask(text: str, secrets: Iterable[str]) -> str:
-    for secret in secrets:
-        if secret and len(secret) >= 3:
-            text = text.replace(secret, MASK)
-    return redact_text(text)
-
-
-@runtime_checkable
-class SshExecutor(Protocol):
-    """What handlers need from SSH (the seam for in-memory fakes)."""
-
-    async def run(
-        self,
-        target: SshTarget,
-        command: str,
-        *,
-        command_timeout: float | None = None,
-        sudo: bool = False,
-        input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        secrets: Sequence[str] = (),
-    ) -> CommandResult: ...
-
-    async def upload(
-        self,
-        target: SshTarget,
-        source: bytes | str | Path,
-        remote_path: str,
-        *,
-        mode: int = 0o644,
-        upload_timeout: float | None = None,
-    ) -> None: ...
-
-
-async def run_checked(
-    executor: SshExecutor,
-    target: SshTarget,
-    command: str,
-    *,
-    step: str | None = None,
-    **kwargs: object,
-) -> CommandResult:
-    """:meth:`SshExecutor.run` then :meth:`CommandResult.check`.
-
-    Raises:
-        CommandFailed: non-zero exit; plus everything ``run`` raises.
-    """
-    result = await executor.run(target, command, **kwargs)  # type: ignore[arg-type]
-    return result.check(step=step)
 
 
 # --------------------------------------------------------------- known hosts
@@ -381,15 +202,17 @@ def _ssh_errors(
     except asyncssh.PermissionDenied as exc:
         raise _error(
             AuthenticationFailed,
-            f"{action} {host}: authentication refused ({_mask(exc.reason, secrets)})",
+            f"{action} {host}: authentication refused ({mask_secrets(exc.reason, secrets)})",
             host,
         ) from exc
     except asyncssh.SFTPError as exc:
         cls: type[SshError] = SftpFailed if exc.code in _PERMANENT_SFTP else SshConnectionLost
-        raise _error(cls, f"{action} {host}: SFTP: {_mask(exc.reason, secrets)}", host) from exc
+        raise _error(
+            cls, f"{action} {host}: SFTP: {mask_secrets(exc.reason, secrets)}", host
+        ) from exc
     except (asyncssh.ChannelOpenError, asyncssh.ConnectionLost, asyncssh.DisconnectError) as exc:
         raise _error(
-            SshConnectionLost, f"{action} {host}: {_mask(str(exc), secrets)}", host
+            SshConnectionLost, f"{action} {host}: {mask_secrets(str(exc), secrets)}", host
         ) from exc
     except TimeoutError as exc:
         raise _error(SshConnectError, f"{action} {host}: timed out", host) from exc
@@ -399,7 +222,7 @@ def _ssh_errors(
         raise _error(SshConnectError, f"{action} {host}: {reason}", host) from exc
     except asyncssh.Error as exc:
         raise _error(
-            SshConnectionLost, f"{action} {host}: {_mask(str(exc), secrets)}", host
+            SshConnectionLost, f"{action} {host}: {mask_secrets(str(exc), secrets)}", host
         ) from exc
 
 
@@ -641,7 +464,7 @@ class SshPool:
         if input is not None:
             stdin += input.encode() if isinstance(input, str) else input
         masks = (*secrets, target.password.get_secret_value() if target.password else "")
-        shown = _mask(command, masks)
+        shown = mask_secrets(command, masks)
         conn = await self._connection(target, entry)
         out, err = _Tail(self._settings.max_output_bytes), _Tail(self._settings.max_output_bytes)
         started = time.monotonic()

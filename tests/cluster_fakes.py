@@ -10,11 +10,12 @@ cluster whose VNFC "VMs" are given addresses (the SSH test hosts' in the
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from handlers.ports import KubernetesAccess, PortAddresses
-from subscriber.openstack import OpenStackNotFound
+from subscriber.errors import OpenStackNotFound
+from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
+from subscriber.kernel.ports import KubernetesAccess, PortAddresses
 
 MASTER_CP = "masterNode_CP1"
 WORKER_CP = "workerNode_CP2"
@@ -193,3 +194,24 @@ def cluster_vnf(
         "operationParams": {"additionalParams": params or k8s_params(ha=len(masters) > 1)},
     }
     return tacker, openstack, instance_id, occ_id
+
+
+def with_services(plan: Plan, services: Services) -> Plan:
+    """``plan`` with every step (expanded ones too) seeing ``services`` over the job's own.
+
+    How a handler module loaded into ``serve`` swaps the real Tacker and
+    OpenStack for these fakes while SSH, the store and the runner stay real.
+    """
+
+    def wrap(step: Step) -> Step:
+        async def run(ctx: JobContext) -> Any:
+            return await step.run(replace(ctx, services=ctx.services.merged(services)))
+
+        return replace(step, run=run)
+
+    def wrap_item(item: PlanItem) -> PlanItem:
+        if isinstance(item, Step):
+            return wrap(item)
+        return replace(item, expand=lambda found, f=item.expand: [wrap(s) for s in f(found)])
+
+    return Plan(tuple(wrap_item(i) for i in plan.items))

@@ -10,13 +10,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import HandlerRegistry
 from subscriber.config import (
     DatabaseSettings,
     DispatchSettings,
     HttpSettings,
     Settings,
 )
+from subscriber.kernel import HandlerRegistry, Services
 from subscriber.service import Service
 
 
@@ -49,7 +49,7 @@ async def start_service(db_url: str) -> AsyncIterator[ServiceFactory]:
 
     async def start(
         registry: HandlerRegistry | None = None,
-        services: dict[str, Any] | None = None,
+        services: Services | None = None,
         **dispatch: Any,
     ) -> Service:
         svc = Service(make_settings(db_url, **dispatch), registry=registry, services=services)

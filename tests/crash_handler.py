@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from handlers import HandlerRegistry, JobContext, Plan, Step
+from schemas import Notification
+from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
 
 
 async def _prepare(ctx: JobContext) -> None:
@@ -32,7 +33,7 @@ async def _finish(ctx: JobContext) -> None:
 class CrashHandler:
     name = "crash-test"
 
-    async def plan(self, ctx: JobContext) -> Plan:
+    def plan(self, notification: Notification) -> Plan:
         return Plan(
             (
                 Step("prepare", _prepare),

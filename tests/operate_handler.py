@@ -19,8 +19,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from handlers import HandlerRegistry, JobContext, Plan, Step
-from subscriber.ssh import CommandResult
+from schemas import Notification
+from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel.ports import CommandResult
 
 STEPS = ("discover", "install", "token")
 
@@ -44,7 +45,7 @@ class OperateHandler:
         with self.runs_file.open("a", encoding="utf-8") as fh:
             fh.write(f"{ctx.job_id} {ctx.event_id} {step} {what} {ctx.vnf_instance_id}\n")
 
-    async def plan(self, ctx: JobContext) -> Plan:
+    def plan(self, notification: Notification) -> Plan:
         def make(name: str) -> Step:
             async def run(ctx: JobContext) -> Any:
                 self._mark(ctx, name, "start")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from handlers import HandlerRegistry, JobContext, Plan, Step
-from schemas import VnfLcmOperationOccurrenceNotification
+from schemas import Notification, VnfLcmOperationOccurrenceNotification
+from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
 
 
 class Recorder:
@@ -22,7 +22,7 @@ class Recorder:
         self.max_parallel = 0
         self.changed = asyncio.Event()
 
-    async def plan(self, ctx: JobContext) -> Plan:
+    def plan(self, notification: Notification) -> Plan:
         async def record(ctx: JobContext) -> dict[str, Any]:
             n = ctx.notification
             assert isinstance(n, VnfLcmOperationOccurrenceNotification)

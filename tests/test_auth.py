@@ -17,7 +17,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import SecretStr
 
-from handlers import HandlerRegistry
 from subscriber.config import (
     AuthSettings,
     BasicAuthSettings,
@@ -29,6 +28,7 @@ from subscriber.config import (
     Settings,
 )
 from subscriber.ingest.auth import cert_thumbprint, subscription_authentication
+from subscriber.kernel import HandlerRegistry
 from subscriber.service import Service
 from tests.conftest import free_port
 from tests.factories import op_occ, uid

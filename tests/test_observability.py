@@ -9,8 +9,8 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from handlers import HandlerRegistry
 from subscriber.health import CheckResult
+from subscriber.kernel import HandlerRegistry
 from subscriber.service import Service
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import identifier, op_occ, uid

@@ -8,12 +8,8 @@ import pytest
 from pydantic import SecretStr
 
 from subscriber.config import OpenStackSettings
-from subscriber.openstack import (
-    OpenStackAuthFailed,
-    OpenStackClient,
-    OpenStackNotFound,
-    OpenStackUnavailable,
-)
+from subscriber.errors import OpenStackAuthFailed, OpenStackNotFound, OpenStackUnavailable
+from subscriber.openstack import OpenStackClient
 from tests.openstack_sim import OpenStackSim, SimConfig
 from tests.test_openstack_sim import Cloud
 

@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import HandlerRegistry
 from subscriber.dispatcher import choose_next
+from subscriber.kernel import HandlerRegistry
 from subscriber.service import Service
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import op_occ, uid

@@ -10,8 +10,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import HandlerRegistry, JobContext, Plan, RetryClass, SkipStep, Step
-from subscriber.errors import PermanentStepError, TransientStepError
+from schemas import Notification
+from subscriber.errors import PermanentStepError, SkipStep, TransientStepError
+from subscriber.kernel import HandlerRegistry, JobContext, Plan, RetryClass, Step
 from subscriber.store import JobStatus, StepStatus
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import op_occ
@@ -42,7 +43,7 @@ class Scripted:
         self.calls: Counter[str] = Counter()
         self.seen_results: list[dict[str, Any]] = []
 
-    async def plan(self, ctx: JobContext) -> Plan:
+    def plan(self, notification: Notification) -> Plan:
         def make(name: str) -> Step:
             async def run(ctx: JobContext) -> Any:
                 self.calls[name] += 1
@@ -195,7 +196,7 @@ async def test_timeout_of_an_idempotent_step_is_transient(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     class Slow(Scripted):
-        async def plan(self, ctx: JobContext) -> Plan:
+        def plan(self, notification: Notification) -> Plan:
             async def slow(ctx: JobContext) -> None:
                 self.calls["slow"] += 1
                 if self.calls["slow"] == 1:
@@ -218,7 +219,7 @@ async def test_timeout_of_a_non_idempotent_step_is_never_rerun(
     class Slow:
         name = "slow"
 
-        async def plan(self, ctx: JobContext) -> Plan:
+        def plan(self, notification: Notification) -> Plan:
             async def once(ctx: JobContext) -> None:
                 calls["once"] += 1
                 await asyncio.sleep(5)
@@ -238,7 +239,7 @@ async def test_failing_plan_is_classified_too(
     class Broken:
         name = "broken"
 
-        async def plan(self, ctx: JobContext) -> Plan:
+        def plan(self, notification: Notification) -> Plan:
             raise PermanentStepError("k8s_cluster_installation_param is missing")
 
     svc = await start_service(registry=reg(Broken()))

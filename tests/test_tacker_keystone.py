@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from subscriber.config import TackerSettings
-from subscriber.tacker import TackerAuthError, TackerClient, TackerRejected
+from subscriber.errors import TackerAuthError, TackerRejected
+from subscriber.tacker import TackerClient
 from tests.openstack_sim import OpenStackSim, SimConfig
 from tests.unit.test_tacker_client import FakeTacker
 

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from handlers.ports import ClusterNode
+from subscriber.kernel.ports import ClusterNode
 from subscriber.store.database import Database
 from subscriber.store.tables import cluster_nodes
 from subscriber.store.writer import WriteQueue

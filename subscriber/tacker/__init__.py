@@ -2,13 +2,6 @@
 
 from subscriber.tacker.client import TackerClient, vim_connection_entry
 from subscriber.tacker.echo import EchoFilter
-from subscriber.tacker.errors import (
-    TackerAuthError,
-    TackerConflict,
-    TackerOpFailed,
-    TackerRejected,
-    TackerUnavailable,
-)
 from subscriber.tacker.reconciler import Reconciler
 from subscriber.tacker.subscriptions import SubscriptionKeeper, ensure_subscription
 
@@ -16,12 +9,7 @@ __all__ = [
     "EchoFilter",
     "Reconciler",
     "SubscriptionKeeper",
-    "TackerAuthError",
     "TackerClient",
-    "TackerConflict",
-    "TackerOpFailed",
-    "TackerRejected",
-    "TackerUnavailable",
     "ensure_subscription",
     "vim_connection_entry",
 ]

@@ -18,7 +18,8 @@ from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
 
 from subscriber.config import TackerSettings
-from subscriber.tacker.errors import TackerRejected, translate_errors
+from subscriber.errors import TackerRejected
+from subscriber.tacker.errors import translate_errors
 
 __all__ = ["KeystoneAuth", "NoAuth", "TackerAuth", "build_auth"]
 

@@ -31,16 +31,11 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from handlers.ports import ApiVersion, KubernetesAccess
 from subscriber.config import TackerSettings
+from subscriber.errors import TackerOpFailed, TackerRejected, TackerUnavailable
+from subscriber.kernel.ports import ApiVersion, KubernetesAccess
 from subscriber.tacker.auth import TackerAuth, build_auth
-from subscriber.tacker.errors import (
-    TackerOpFailed,
-    TackerRejected,
-    TackerUnavailable,
-    error_for_status,
-    translate_errors,
-)
+from subscriber.tacker.errors import error_for_status, translate_errors
 
 __all__ = [
     "EchoRecorder",

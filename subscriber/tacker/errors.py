@@ -1,6 +1,6 @@
-"""Tacker client errors, and the one place where foreign errors become them.
+"""The one place where the Tacker client's foreign errors become ours.
 
-::
+The classes live in :mod:`subscriber.errors`::
 
     StepError
     ├── TransientStepError
@@ -26,47 +26,19 @@ from typing import Any
 import aiohttp
 from keystoneauth1 import exceptions as ks_exc
 
-from subscriber.errors import PermanentStepError, TransientStepError
+from subscriber.errors import (
+    TackerAuthError,
+    TackerConflict,
+    TackerRejected,
+    TackerUnavailable,
+)
 from subscriber.redact import redact_text
 
 __all__ = [
-    "TackerAuthError",
-    "TackerConflict",
-    "TackerOpFailed",
-    "TackerRejected",
-    "TackerUnavailable",
     "error_for_status",
     "problem_detail",
     "translate_errors",
 ]
-
-
-class TackerUnavailable(TransientStepError):
-    error_class = "tacker-unavailable"
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class TackerConflict(TackerUnavailable):
-    error_class = "tacker-conflict"
-
-
-class TackerRejected(PermanentStepError):
-    error_class = "tacker-rejected"
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class TackerAuthError(TackerRejected):
-    error_class = "tacker-auth"
-
-
-class TackerOpFailed(TackerRejected):
-    error_class = "tacker-op-failed"
 
 
 def problem_detail(body: bytes) -> str:

@@ -36,10 +36,9 @@ from typing import Any
 
 from schemas import NotificationParseError, parse_notification_data
 from subscriber.config import TackerSettings
-from subscriber.errors import LccnError
+from subscriber.errors import LccnError, TackerRejected
 from subscriber.store import EventStatus, NewEvent, Store
 from subscriber.tacker.client import TackerClient
-from subscriber.tacker.errors import TackerRejected
 
 __all__ = ["Reconciler", "implied_states", "synthesise"]
 

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from subscriber.config import SshSettings
-from subscriber.ssh import SshPool, SshTarget
+from subscriber.kernel.ports import SshTarget
+from subscriber.ssh import SshPool
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 HOSTS = 5  # enough for the HA cluster: 3 masters + 2 workers

@@ -19,6 +19,7 @@ import pytest
 
 from handlers import default_registry
 from subscriber.config import ClusterSettings, Settings, SshSettings
+from subscriber.kernel import Services
 from subscriber.service import Service
 from subscriber.store import StepStatus
 from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params
@@ -47,7 +48,7 @@ async def start(settings: Settings, tacker: FakeTacker, openstack: FakeOpenStack
     svc = Service(
         settings,
         registry=default_registry(cluster=settings.cluster, cluster_handlers=True),
-        services={"tacker": tacker, "openstack": openstack},
+        services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()
     return svc

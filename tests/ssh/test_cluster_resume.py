@@ -1,4 +1,4 @@
-"""``serve`` killed (SIGKILL) during the worker joins resumes at the first step not done."""
+"""``serve`` killed (SIGKILL) mid-job resumes at the first step not done, with the same plan."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ async def _until(serve: ServeProcess, sql: str, timeout: float) -> list[tuple[ob
             await asyncio.sleep(0.05)
 
 
-async def test_sigkill_during_worker_joins_resumes(
-    bed: Any, ssh_settings: SshSettings, tmp_path: Path
-) -> None:
-    testhosts.reset_cluster(bed)
+def _serve(
+    bed: Any, ssh_settings: SshSettings, tmp_path: Path, **extra_env: str
+) -> tuple[ServeProcess, Path, str, str]:
+    """A ``serve`` whose INSTANTIATE handler is the real one on the fakes of a 1+2 cluster."""
     master, workers = bed.hosts[0], bed.hosts[1:3]
     params = k8s_params(master_user="root", worker_user="root", key=str(bed.client_key))
     tacker, openstack, inst, occ = cluster_vnf(
@@ -64,15 +64,28 @@ async def test_sigkill_during_worker_joins_resumes(
         "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
         "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
         "LCCN_DISPATCH__BACKOFF_INITIAL": "0.2",
+        **extra_env,
     }
-    serve = ServeProcess(tmp_path, free_port(), env)
+    return ServeProcess(tmp_path, free_port(), env), fixture, inst, occ
+
+
+async def _notify(serve: ServeProcess, inst: str, occ: str) -> None:
+    body = op_occ(instance=inst, op_occ_id=occ, operation="INSTANTIATE", state="COMPLETED")
+    async with aiohttp.ClientSession() as http, http.post(serve.url, json=body) as resp:
+        assert resp.status == 204
+
+
+async def test_sigkill_during_worker_joins_resumes(
+    bed: Any, ssh_settings: SshSettings, tmp_path: Path
+) -> None:
+    testhosts.reset_cluster(bed)
+    master, workers = bed.hosts[0], bed.hosts[1:3]
+    serve, fixture, inst, occ = _serve(bed, ssh_settings, tmp_path)
     bed.set_join_delay(3.0)  # the worker joins take a while: the kill lands inside them
     try:
         serve.start()
         await serve.ready()
-        body = op_occ(instance=inst, op_occ_id=occ, operation="INSTANTIATE", state="COMPLETED")
-        async with aiohttp.ClientSession() as http, http.post(serve.url, json=body) as resp:
-            assert resp.status == 204
+        await _notify(serve, inst, occ)
         # init-master's checkpoint is written as join-workers starts.
         await _until(
             serve, "SELECT 1 FROM steps WHERE name LIKE 'init-master-%' AND status='done'", 60
@@ -103,6 +116,58 @@ async def test_sigkill_during_worker_joins_resumes(
     assert set(bed.state()["nodes"]) == names | {f"master{master.address.rsplit('.', 1)[1]}"}
     writes = Path(str(fixture) + ".writes").read_text().splitlines()
     assert [json.loads(w)["endpoint"] for w in writes] == [f"https://{master.address}:6443"]
+
+
+async def test_sigkill_during_discovery_rebuilds_the_same_plan(
+    bed: Any, ssh_settings: SshSettings, tmp_path: Path
+) -> None:
+    """Plans are pure: the plan built after the kill is the plan the checkpoints were for."""
+    testhosts.reset_cluster(bed)
+    master, workers = bed.hosts[0], bed.hosts[1:3]
+    gate = tmp_path / "discovery-gate"
+    serve, fixture, inst, occ = _serve(
+        bed, ssh_settings, tmp_path, LCCN_TEST_DISCOVERY_GATE=str(gate)
+    )
+    try:
+        serve.start()
+        await serve.ready()
+        await _notify(serve, inst, occ)
+        async with asyncio.timeout(60):  # discovery is asking OpenStack: kill it there
+            while not Path(str(gate) + ".waiting").exists():
+                await asyncio.sleep(0.05)
+        serve.kill(signal.SIGKILL)
+        before = serve.rows("SELECT name, status FROM steps ORDER BY idx")
+        assert before == [("load-params", "done")]
+
+        gate.touch()
+        serve.port = free_port()
+        serve.start()
+        await serve.ready()
+        await _until(serve, "SELECT 1 FROM events WHERE status='done'", 120)
+    finally:
+        serve.kill()
+
+    plans = [json.loads(line) for line in Path(str(fixture) + ".plans").read_text().splitlines()]
+    assert len(plans) == 2 and plans[0] == plans[1], plans
+    m = f"master{master.address.rsplit('.', 1)[1]}"
+    assert len(workers) == 2
+    rows = serve.rows("SELECT name, status, attempts FROM steps ORDER BY idx")
+    assert [r[0] for r in rows] == [
+        "load-params",
+        "discover",
+        "upload-scripts",
+        "configure-hosts",
+        f"init-master-{m}",
+        "join-workers",
+        "admin-token",
+        "cluster-access",
+        "register-vim",
+        "write-back",
+    ]
+    # One job, resumed: load-params ran once, before the kill; nothing failed.
+    assert serve.rows("SELECT count(*) FROM jobs") == [(1,)]
+    assert rows[0] == ("load-params", "done", 1)
+    assert all(status in ("done", "skipped") for _, status, _ in rows)
 
 
 def _kubeadm(bed: Any, verb: str) -> list[dict[str, Any]]:

@@ -12,21 +12,19 @@ import pytest
 from pydantic import SecretStr
 
 from subscriber.config import SshSettings
-from subscriber.errors import PermanentStepError, TransientStepError
-from subscriber.ssh import (
+from subscriber.errors import (
     AuthenticationFailed,
     CommandFailed,
     CommandTimeout,
     HostKeyRejected,
-    PoolState,
+    PermanentStepError,
     SftpFailed,
     SshConnectError,
     SshConnectionLost,
-    SshExecutor,
-    SshPool,
-    SshTarget,
-    run_checked,
+    TransientStepError,
 )
+from subscriber.kernel.ports import SshExecutor, SshTarget
+from subscriber.ssh import PoolState, SshPool
 
 from .conftest import root_target
 
@@ -170,7 +168,7 @@ async def test_exit_status_stderr_and_check(bed: Any, pool: SshPool) -> None:
         result.check(step="probe")
     assert info.value.step == "probe" and not info.value.retriable
     assert "exit 3" in str(info.value) and "err" in str(info.value)
-    ok = await run_checked(pool, root_target(bed), "echo fine")
+    ok = (await pool.run(root_target(bed), "echo fine")).check()
     assert ok.stdout == "fine\n"
 
 

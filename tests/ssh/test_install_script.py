@@ -20,7 +20,8 @@ import pytest
 from pydantic import SecretStr
 
 from schemas.cluster_params import InstallReport, parse_install_output
-from subscriber.ssh import SshPool, SshTarget
+from subscriber.kernel.ports import SshTarget
+from subscriber.ssh import SshPool
 
 from .conftest import testhosts
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from handlers import HandlerRegistry, JobContext, Plan, Step
-from handlers.ports import TACKER, KubernetesAccess
+from schemas import Notification
+from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel.ports import KubernetesAccess
 
 BEARER = "test-bearer-9f8e7d6c5b4a39281706"
 ACCESS = KubernetesAccess(
@@ -25,19 +26,19 @@ BUSY: dict[str, asyncio.Event] = {}
 class WriteBack:
     name = "test-write-back"
 
-    async def plan(self, ctx: JobContext) -> Plan:
+    def plan(self, notification: Notification) -> Plan:
         return Plan((Step("write_back", self._write_back, timeout=180.0),))
 
     @staticmethod
     async def _write_back(ctx: JobContext) -> dict[str, Any]:
-        occ = await ctx.services[TACKER].write_back(ctx.vnf_instance_id, ACCESS)
+        occ = await ctx.services.need_tacker().write_back(ctx.vnf_instance_id, ACCESS)
         return {"modify_info": occ}
 
 
 class Busy:
     name = "test-busy"
 
-    async def plan(self, ctx: JobContext) -> Plan:
+    def plan(self, notification: Notification) -> Plan:
         return Plan((Step("block", self._block, timeout=120.0),))
 
     @staticmethod
@@ -48,8 +49,8 @@ class Busy:
 class RecordModifyInfo:
     name = "test-modify-info"
 
-    async def plan(self, ctx: JobContext) -> Plan:
-        MODIFY_INFO_SEEN.append(ctx.notification.vnfLcmOpOccId)  # type: ignore[union-attr]
+    def plan(self, notification: Notification) -> Plan:
+        MODIFY_INFO_SEEN.append(notification.vnfLcmOpOccId)  # type: ignore[union-attr]
         return Plan(())
 
 

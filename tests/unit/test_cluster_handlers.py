@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 import pytest
 
-from handlers import HandlerRegistry, JobContext, default_registry
-from handlers.cluster import load_params
-from handlers.discovery import DiscoveryError, discover
+from handlers import default_registry
 from handlers.instantiate import InstantiateCluster, ValidateInstantiate
-from handlers.ports import PortAddresses
 from handlers.terminate import TerminateCluster
-from schemas import parse_notification_data
+from handlers.toolkit.params import load_params
+from handlers.toolkit.topology import Topology, discover
+from schemas import VnfLcmOperationOccurrenceNotification, parse_notification_data
 from schemas.cluster_params import parse_cluster_params
-from subscriber.errors import PermanentStepError
+from subscriber.errors import DiscoveryError, PermanentStepError, ServiceMissing, SkipStep
+from subscriber.kernel import HandlerRegistry, JobContext, Services, Step, StepsFor
+from subscriber.kernel.ports import PortAddresses
 from tests.cluster_fakes import (
     MASTER_CP,
     FakeOpenStack,
@@ -32,7 +34,7 @@ pytestmark = pytest.mark.asyncio
 def ctx_for(
     instance: str,
     occ: str,
-    services: dict[str, Any],
+    services: Services,
     *,
     operation: str = "INSTANTIATE",
     state: str = "COMPLETED",
@@ -53,12 +55,18 @@ def ctx_for(
     )
 
 
+def notification(ctx: JobContext) -> VnfLcmOperationOccurrenceNotification:
+    n = ctx.notification
+    assert isinstance(n, VnfLcmOperationOccurrenceNotification)
+    return n
+
+
 # ----------------------------------------------------------------- parameters
 
 
 async def test_params_come_from_the_operation() -> None:
     tacker, _, inst, occ = cluster_vnf(["10.9.0.5"], ["10.9.0.6"])
-    params = await load_params(ctx_for(inst, occ, {"tacker": tacker}), tacker, "v2")
+    params = await load_params(tacker, notification(ctx_for(inst, occ, Services())))
     assert params.master_node.vdu_id == "masterNode"
     assert params.pod_cidr == "10.200.0.0/16"
 
@@ -70,7 +78,8 @@ async def test_params_fall_back_to_the_instance_and_take_overrides() -> None:
     tacker.op_occs[occ]["operationParams"] = {
         "additionalParams": {"worker_node_password": "new-pw-123"}
     }
-    params = await load_params(ctx_for(inst, occ, {}, operation="SCALE"), tacker, "v1")
+    ctx = ctx_for(inst, occ, Services(), operation="SCALE", version=1)
+    params = await load_params(tacker, notification(ctx))
     assert params.master_node.password is not None
     assert params.master_node.password.get_secret_value() == "old-pw"
     assert params.worker_node.password is not None
@@ -81,13 +90,13 @@ async def test_missing_or_invalid_params_fail_permanently_without_values() -> No
     tacker, _, inst, occ = cluster_vnf(["10.9.0.5"], [])
     tacker.op_occs[occ]["operationParams"] = {}
     with pytest.raises(PermanentStepError, match="k8s_cluster_installation_param"):
-        await load_params(ctx_for(inst, occ, {}), tacker, "v2")
+        await load_params(tacker, notification(ctx_for(inst, occ, Services())))
 
     bad = k8s_params(master_user="ubuntu", password="Sup3r-Secret-pw")
     del bad["k8s_cluster_installation_param"]["master_node"]["vdu_id"]
     tacker.op_occs[occ]["operationParams"] = {"additionalParams": bad}
     with pytest.raises(PermanentStepError) as info:
-        await load_params(ctx_for(inst, occ, {}), tacker, "v2")
+        await load_params(tacker, notification(ctx_for(inst, occ, Services())))
     assert "vdu_id" in str(info.value) and "Sup3r-Secret-pw" not in str(info.value)
 
 
@@ -96,8 +105,9 @@ async def test_starting_handler_validates_early() -> None:
     bad = k8s_params()
     bad["k8s_cluster_installation_param"]["master_node"]["pod_cidr"] = "not-a-cidr"
     tacker.op_occs[occ]["operationParams"] = {"additionalParams": bad}
-    ctx = ctx_for(inst, occ, {"tacker": tacker}, state="STARTING")
-    (step,) = await ValidateInstantiate().plan(ctx)
+    ctx = ctx_for(inst, occ, Services(tacker=tacker), state="STARTING")
+    (step,) = ValidateInstantiate().plan(ctx.notification).items
+    assert isinstance(step, Step) and step.name == "validate-params"
     with pytest.raises(PermanentStepError, match="pod_cidr"):
         await step.run(ctx)
 
@@ -162,43 +172,83 @@ async def test_discovery_refuses_what_is_not_a_cluster() -> None:
 # ------------------------------------------------------------------------ plans
 
 
-def services(tacker: FakeTacker, openstack: FakeOpenStack) -> dict[str, Any]:
-    return {"tacker": tacker, "openstack": openstack, "ssh": object(), "inventory": object()}
+def services(tacker: FakeTacker, openstack: FakeOpenStack) -> Services:
+    return Services(tacker=tacker, openstack=openstack)
 
 
-async def test_plan_simple() -> None:
+async def expanded(plan_items: Any, ctx: JobContext) -> list[str]:
+    """The step names once discovery ran (the discover step's result in ctx.results)."""
+    names = []
+    for item in plan_items:
+        if isinstance(item, StepsFor):
+            names += [s.name for s in item.expand(ctx.results[item.after])]
+        else:
+            names.append(item.name)
+    return names
+
+
+async def test_plan_is_pure_and_names_its_steps_before_discovery() -> None:
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.15"], ["10.9.0.16", "10.9.0.17"])
-    plan = await InstantiateCluster().plan(ctx_for(inst, occ, services(tacker, openstack)))
-    assert [s.name for s in plan] == [
+    ctx = ctx_for(inst, occ, services(tacker, openstack))
+    plan = InstantiateCluster().plan(ctx.notification)
+    assert tacker.gets == 0 and openstack.calls == []  # no I/O while planning
+    assert plan.outline() == [
+        "load-params",
         "discover",
         "upload-scripts",
         "configure-hosts",
-        "init-master-master15",
+        "init-master-<node>",
+        "join-master-<node>",
         "join-workers",
         "admin-token",
         "cluster-access",
         "register-vim",
         "write-back",
     ]
-    assert all(s.idempotent for s in plan)
+    assert all(s.idempotent for s in plan.items if isinstance(s, Step))
+    # The same plan, built again (a resumed job), names the same steps in the same order.
+    assert InstantiateCluster().plan(ctx.notification).outline() == plan.outline()
+
+
+async def test_plan_simple_expands_from_the_discovered_nodes() -> None:
+    tacker, openstack, inst, occ = cluster_vnf(["10.9.0.15"], ["10.9.0.16", "10.9.0.17"])
+    ctx = ctx_for(inst, occ, services(tacker, openstack))
+    params = parse_cluster_params(k8s_params())
+    ctx.results["discover"] = (await discover(tacker.instances[inst], params, openstack)).as_json()
+    names = await expanded(InstantiateCluster().plan(ctx.notification).items, ctx)
+    assert names[2:6] == [
+        "upload-scripts",
+        "configure-hosts",
+        "init-master-master15",
+        "join-workers",
+    ]
 
 
 async def test_plan_ha_joins_masters_one_by_one() -> None:
     tacker, openstack, inst, occ = cluster_vnf(
         ["10.9.0.21", "10.9.0.22", "10.9.0.23"], ["10.9.0.31", "10.9.0.32"], vip="10.9.0.200"
     )
-    tacker.op_occs[occ]["operationParams"]["additionalParams"] = k8s_params(ha=True)
-    plan = await InstantiateCluster().plan(ctx_for(inst, occ, services(tacker, openstack)))
-    names = [s.name for s in plan]
-    assert names[3:6] == ["init-master-master21", "join-master-master22", "join-master-master23"]
-    assert names[6] == "join-workers"
-    assert all(s.idempotent for s in plan)
+    ctx = ctx_for(inst, occ, services(tacker, openstack))
+    params = parse_cluster_params(k8s_params(ha=True))
+    topo = await discover(tacker.instances[inst], params, openstack)
+    assert Topology.from_json(topo.as_json()) == topo  # a checkpoint gives the same topology
+    ctx.results["discover"] = topo.as_json()
+    names = await expanded(InstantiateCluster().plan(ctx.notification).items, ctx)
+    assert names[4:8] == [
+        "init-master-master21",
+        "join-master-master22",
+        "join-master-master23",
+        "join-workers",
+    ]
 
 
-async def test_plan_needs_its_services() -> None:
+async def test_steps_need_their_services() -> None:
     _tacker, _openstack, inst, occ = cluster_vnf(["10.9.0.15"], [])
-    with pytest.raises(PermanentStepError, match="'tacker' service is not configured"):
-        await InstantiateCluster().plan(ctx_for(inst, occ, {}))
+    ctx = ctx_for(inst, occ, Services())
+    first = InstantiateCluster().plan(ctx.notification).items[0]
+    assert isinstance(first, Step)
+    with pytest.raises(ServiceMissing, match="'tacker' service is not configured"):
+        await first.run(ctx)
 
 
 async def test_terminate_v2_sends_no_patch_and_forgets() -> None:
@@ -219,17 +269,15 @@ async def test_terminate_v2_sends_no_patch_and_forgets() -> None:
         ctx = ctx_for(
             inst,
             occ,
-            {"tacker": tacker, "inventory": inventory},
+            Services(tacker=tacker, inventory=inventory),  # type: ignore[arg-type]
             operation="TERMINATE",
             version=version,
         )
-        plan = await TerminateCluster().plan(ctx)
-        assert [s.name for s in plan] == ["delete-vim", "clear-write-back", "forget-inventory"]
-        for step in plan:
-            try:
+        plan = TerminateCluster().plan(ctx.notification)
+        assert plan.outline() == ["delete-vim", "clear-write-back", "forget-inventory"]
+        for step in plan.steps(ctx.results):
+            with contextlib.suppress(SkipStep):
                 await step.run(ctx)
-            except Exception as exc:  # SkipStep
-                assert type(exc).__name__ == "SkipStep", exc
         assert tacker.cleared == cleared
     assert tacker.deleted_vims == [f"kubernetes_vim_{inst}"]
     assert inventory.forgotten == [inst, inst]

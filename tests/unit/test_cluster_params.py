@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from schemas.cluster_params import (
-    ClusterParamsError,
     apply_credential_overrides,
     parse_cluster_params,
     parse_install_output,
 )
+from subscriber.errors import ClusterParamsError
 
 # seeds/000 (v1 guide), simple_kubernetes_param_file.json
 V1_SIMPLE: dict[str, Any] = {

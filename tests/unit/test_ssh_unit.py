@@ -11,21 +11,19 @@ import pytest
 from pydantic import SecretStr
 
 from subscriber.config import SshSettings
-from subscriber.errors import PermanentStepError, TransientStepError
-from subscriber.ssh import (
+from subscriber.errors import (
     AuthenticationFailed,
     CommandFailed,
-    CommandResult,
     CommandTimeout,
     HostKeyRejected,
+    PermanentStepError,
     SftpFailed,
     SshConnectError,
     SshConnectionLost,
-    SshExecutor,
-    SshPool,
-    SshTarget,
-    run_checked,
+    TransientStepError,
 )
+from subscriber.kernel.ports import CommandResult, SshExecutor, SshTarget
+from subscriber.ssh import SshPool
 
 
 class FakeExecutor:
@@ -77,9 +75,9 @@ async def test_fake_executor_fits_the_protocol() -> None:
     fake = FakeExecutor({"ok": result(0, "fine"), "bad": result(1, stderr="nope")})
     assert isinstance(fake, SshExecutor)
     target = SshTarget(host="10.0.0.1")
-    assert (await run_checked(fake, target, "ok")).stdout == "fine"
+    assert (await fake.run(target, "ok")).check().stdout == "fine"
     with pytest.raises(CommandFailed, match="nope"):
-        await run_checked(fake, target, "bad", step="join")
+        (await fake.run(target, "bad")).check(step="join")
     assert fake.calls == [("10.0.0.1", "ok"), ("10.0.0.1", "bad")]
 
 

@@ -13,17 +13,17 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from handlers.ports import KubernetesAccess
 from subscriber.config import DatabaseSettings, TackerSettings
-from subscriber.store import Store
-from subscriber.tacker import (
+from subscriber.errors import (
     TackerAuthError,
-    TackerClient,
     TackerConflict,
     TackerOpFailed,
     TackerRejected,
     TackerUnavailable,
 )
+from subscriber.kernel.ports import KubernetesAccess
+from subscriber.store import Store
+from subscriber.tacker import TackerClient
 from subscriber.tacker.echo import is_own_patch
 from subscriber.tacker.reconciler import implied_states, notification_status, synthesise
 

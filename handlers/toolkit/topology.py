@@ -26,20 +26,76 @@ import asyncio
 import dataclasses
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from handlers.cluster import Topology
-from handlers.ports import ClusterNode, OpenStackLookups, PortAddresses
 from schemas.cluster_params import K8sClusterInstallationParams, NodeParams
-from subscriber.errors import PermanentStepError
+from subscriber.errors import DiscoveryError
+from subscriber.kernel.ports import ClusterNode, OpenStackLookups, PortAddresses
 
-__all__ = ["DiscoveryError", "discover", "node_name"]
+__all__ = ["API_PORT", "HA_PORT", "Topology", "discover", "node_name"]
+
+HA_PORT = 16443
+API_PORT = 6443
 
 
-class DiscoveryError(PermanentStepError):
-    """The VNF instance does not look like a cluster the parameters describe."""
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The discovered cluster: masters (main master first), workers, addresses."""
 
-    error_class = "discovery"
+    masters: tuple[ClusterNode, ...]
+    workers: tuple[ClusterNode, ...]
+    cluster_ip: str  # the address nodes join: the VIP (HA) or the master's NIC IP
+    cluster_fip: str | None = None  # the floating IP of cluster_fip_name, if any
+
+    @property
+    def ha(self) -> bool:
+        return len(self.masters) > 1
+
+    @property
+    def main(self) -> ClusterNode:
+        return self.masters[0]
+
+    @property
+    def nodes(self) -> tuple[ClusterNode, ...]:
+        return self.masters + self.workers
+
+    @property
+    def endpoint(self) -> str:
+        """The API URL for the VIM: the cluster FIP if any, the VIP:16443 (HA), else :6443."""
+        port = HA_PORT if self.ha else API_PORT
+        host = self.cluster_fip or (self.cluster_ip if self.ha else self.main.nic_ip)
+        return f"https://{host}:{port}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "masters": [n.as_json() for n in self.masters],
+            "workers": [n.as_json() for n in self.workers],
+            "clusterIp": self.cluster_ip,
+            "clusterFip": self.cluster_fip,
+            "endpoint": self.endpoint,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Topology:
+        """The inverse of :meth:`as_json` (the ``discover`` step's checkpointed result)."""
+        return cls(
+            masters=tuple(ClusterNode.from_json(n) for n in data["masters"]),
+            workers=tuple(ClusterNode.from_json(n) for n in data["workers"]),
+            cluster_ip=str(data["clusterIp"]),
+            cluster_fip=data.get("clusterFip"),
+        )
+
+    def node(self, name: str) -> ClusterNode:
+        """The node called ``name``.
+
+        Raises:
+            KeyError: no such node.
+        """
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
 
 
 def node_name(role: str, nic_ip: str) -> str:

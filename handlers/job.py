@@ -1,0 +1,67 @@
+"""One job run's view of its cluster: made by a plan without I/O, filled in by its steps.
+
+A :class:`ClusterJob` is created by a handler's ``plan`` (pure) and shared by
+the plan's steps. What it learns from the outside world it learns inside a
+step: the parameters (from Tacker, they hold passwords, so they stay in memory
+and are fetched again by the first step that needs them after a restart), and
+the topology (the ``discover`` step's checkpointed result).
+"""
+
+from __future__ import annotations
+
+from handlers.toolkit.params import api_version, load_params
+from handlers.toolkit.shell import NodeShell
+from handlers.toolkit.topology import Topology
+from schemas import Notification, VnfLcmOperationOccurrenceNotification
+from schemas.cluster_params import K8sClusterInstallationParams
+from subscriber.config import ClusterSettings
+from subscriber.kernel import JobContext
+from subscriber.kernel.ports import ApiVersion
+
+__all__ = ["DISCOVER", "ClusterJob"]
+
+DISCOVER = "discover"  # the step whose result is the topology
+
+
+class ClusterJob:
+    """The cluster of one job run.
+
+    Arguments:
+        settings: the ``cluster`` settings.
+        notification: the event's (op-occ) notification.
+
+    Raises:
+        TypeError: the notification is not an op-occ notification.
+    """
+
+    def __init__(self, settings: ClusterSettings, notification: Notification) -> None:
+        if not isinstance(notification, VnfLcmOperationOccurrenceNotification):
+            raise TypeError("cluster handlers serve op-occ notifications only")
+        self.settings = settings
+        self.notification = notification
+        self.api: ApiVersion = api_version(notification)
+        self._params: K8sClusterInstallationParams | None = None
+
+    async def params(self, ctx: JobContext) -> K8sClusterInstallationParams:
+        """The operation's parameters (fetched from Tacker once per run)."""
+        if self._params is None:
+            self._params = await load_params(ctx.services.need_tacker(), self.notification)
+        return self._params
+
+    async def shell(self, ctx: JobContext) -> NodeShell:
+        """Root shells on the nodes with this operation's credentials."""
+        return NodeShell(ctx.services.need_ssh(), self.settings, await self.params(ctx))
+
+    def topology(self, ctx: JobContext) -> Topology:
+        """The cluster as the ``discover`` step found it.
+
+        Raises:
+            RuntimeError: the plan asked for it before ``discover`` ran.
+        """
+        found = ctx.results.get(DISCOVER)
+        if found is None:
+            raise RuntimeError("the cluster's nodes are not discovered yet")
+        return Topology.from_json(found)
+
+    async def vim_name(self, ctx: JobContext) -> str:
+        return (await self.params(ctx)).vim_name_for(ctx.vnf_instance_id)

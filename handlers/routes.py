@@ -1,0 +1,51 @@
+"""The routing table: which handler serves which (operation, operationState).
+
+The one place that says what runs for what; ``lccn-subscriber handlers list``
+prints it with each handler's steps. Modules named in ``handlers.modules`` are
+registered first and win: a route they took is left to them. Whatever no route
+claims goes to the ``log`` handler (op-occ notifications only).
+"""
+
+from __future__ import annotations
+
+from handlers.instantiate import InstantiateCluster, ValidateInstantiate
+from handlers.log import LogHandler
+from handlers.terminate import TerminateCluster
+from subscriber.config import ClusterSettings
+from subscriber.kernel import HandlerRegistry, Route
+
+__all__ = ["cluster_routes", "default_registry"]
+
+
+def cluster_routes(settings: ClusterSettings | None = None) -> tuple[Route, ...]:
+    """The cluster operations' routes."""
+    settings = settings or ClusterSettings()
+    return (
+        Route("INSTANTIATE", "STARTING", ValidateInstantiate(settings)),
+        Route("INSTANTIATE", "COMPLETED", InstantiateCluster(settings)),
+        Route("TERMINATE", "COMPLETED", TerminateCluster(settings)),
+    )
+
+
+def default_registry(
+    extra_modules: tuple[str, ...] = (),
+    *,
+    cluster: ClusterSettings | None = None,
+    cluster_handlers: bool = False,
+) -> HandlerRegistry:
+    """The registry ``serve`` uses: configured modules, the cluster routes, then ``log``.
+
+    Arguments:
+        extra_modules: modules whose ``register(registry)`` is called first.
+        cluster: the ``cluster`` settings handed to the cluster handlers.
+        cluster_handlers: add :func:`cluster_routes`.
+
+    Raises:
+        ConfigError: a module cannot be imported or has no ``register``.
+    """
+    registry = HandlerRegistry()
+    registry.load_modules(extra_modules)
+    if cluster_handlers:
+        registry.add_routes(cluster_routes(cluster))
+    registry.add_routes((Route(None, None, LogHandler()),))
+    return registry

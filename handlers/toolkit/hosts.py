@@ -1,0 +1,109 @@
+"""Files on the nodes: the node-side scripts, the hostname and the ``/etc/hosts`` block.
+
+Every node's ``/etc/hosts`` carries one block between two marker lines naming
+every node of the cluster (Tacker's driver appends lines with ``sed``; a block
+we rewrite whole is convergent: running it twice, or after a node left, gives
+the same file). Lines outside the block that name one of our nodes are dropped,
+so an old address of a healed or renamed node cannot linger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from handlers.toolkit.shell import NodeShell
+from subscriber.config import ClusterSettings
+from subscriber.kernel.ports import ClusterNode
+
+__all__ = [
+    "HOSTS_BEGIN",
+    "HOSTS_END",
+    "REMOTE_SCRIPT",
+    "REMOTE_TOKEN_YAML",
+    "hosts_block",
+    "scripts_dir",
+    "upload_scripts",
+    "write_hosts",
+]
+
+REMOTE_SCRIPT = "/tmp/install_k8s_cluster.sh"
+REMOTE_TOKEN_YAML = "/tmp/create_admin_token.yaml"
+HOSTS_BEGIN = "# lccn-subscriber nodes begin"
+HOSTS_END = "# lccn-subscriber nodes end"
+# Keeps every line outside our block whose name is not one of ours, then appends the block.
+_HOSTS_SCRIPT = r"""set -e
+[ "$(hostname)" = "$1" ] || hostname "$1"
+shift
+tmp=$(mktemp)
+awk -v names="$*" -v b="$BEGIN" -v e="$END" '
+  BEGIN { n = split(names, a, " "); for (i = 1; i <= n; i++) ours[a[i]] = 1 }
+  $0 == b { inside = 1; next }
+  $0 == e { inside = 0; next }
+  inside { next }
+  !($2 in ours) { print }
+' /etc/hosts > "$tmp"
+cat >> "$tmp"
+cat "$tmp" > /etc/hosts
+rm -f "$tmp"
+"""
+
+
+def scripts_dir(settings: ClusterSettings) -> Path:
+    """The node-side scripts: configured, or those shipped with lccn-subscriber."""
+    if settings.scripts_dir is not None:
+        return settings.scripts_dir
+    return Path(__file__).resolve().parents[2] / "scripts"
+
+
+async def upload_scripts(shell: NodeShell, nodes: Sequence[ClusterNode]) -> None:
+    """Put ``install_k8s_cluster.sh`` and ``create_admin_token.yaml`` in /tmp of each node.
+
+    Uploads run on all nodes at once. Convergent: an upload replaces the file.
+
+    Raises:
+        SshError: a node could not be reached or refused the upload.
+    """
+    source = scripts_dir(shell.settings)
+
+    async def one(node: ClusterNode) -> None:
+        target = shell.target(node)
+        await shell.ssh.upload(target, source / "install_k8s_cluster.sh", REMOTE_SCRIPT, mode=0o755)
+        await shell.ssh.upload(target, source / "create_admin_token.yaml", REMOTE_TOKEN_YAML)
+
+    await asyncio.gather(*(one(n) for n in nodes))
+
+
+def hosts_block(members: Sequence[ClusterNode]) -> str:
+    """The ``/etc/hosts`` block naming ``members``."""
+    lines = (f"{n.nic_ip} {n.name}\n" for n in members)
+    return "".join([HOSTS_BEGIN + "\n", *lines, HOSTS_END + "\n"])
+
+
+async def write_hosts(
+    shell: NodeShell,
+    node: ClusterNode,
+    members: Sequence[ClusterNode],
+    *,
+    forget: Sequence[str] = (),
+    step: str | None = None,
+) -> None:
+    """Set ``node``'s hostname and make its ``/etc/hosts`` block name exactly ``members``.
+
+    Arguments:
+        node: the node to write on (its hostname becomes ``node.name``).
+        members: every node of the cluster, ``node`` included.
+        forget: names of nodes that left: their lines outside the block go too.
+        step: named in the error.
+
+    Raises:
+        CommandFailed: the node's script failed; SshError: no connection.
+    """
+    names = " ".join(shlex.quote(n) for n in [*(m.name for m in members), *forget])
+    command = f"bash -c {shlex.quote(_HOSTS_SCRIPT)} hosts {shlex.quote(node.name)} {names}"
+    result = await shell.run(
+        node, command, input=hosts_block(members), env={"BEGIN": HOSTS_BEGIN, "END": HOSTS_END}
+    )
+    result.check(step=step)

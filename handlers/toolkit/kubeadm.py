@@ -1,0 +1,212 @@
+"""kubeadm on the nodes: init, control-plane and worker joins, and the data a join needs.
+
+Installs and joins go through ``install_k8s_cluster.sh`` (TACKER.md §1.5: ``-m``
+masters, ``-w`` worker, ``-i`` cluster IP, ``-p``/``-a`` CIDRs, ``-t`` token,
+``-s`` CA hash, ``-k`` certificate key), as Tacker's driver runs it. Join
+tokens and certificate keys are secrets: they are passed to ``secrets=`` so
+every message masks them, and returned to the caller in memory only.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from pydantic import SecretStr
+
+from handlers.toolkit.hosts import REMOTE_SCRIPT
+from handlers.toolkit.kubectl import is_member
+from handlers.toolkit.shell import NodeShell
+from handlers.toolkit.topology import Topology
+from schemas.cluster_params import InstallReport, parse_install_output
+from subscriber.errors import PermanentStepError, TransientStepError
+from subscriber.kernel.ports import ClusterNode
+
+__all__ = [
+    "CA_HASH",
+    "JoinData",
+    "certificate_key",
+    "init_main_master",
+    "install_command",
+    "is_installed",
+    "join_control_plane",
+    "join_data",
+    "join_worker",
+    "joined",
+    "script_env",
+]
+
+# The CA public-key hash of ``kubeadm join --discovery-token-ca-cert-hash``.
+CA_HASH = (
+    "openssl x509 -pubkey -noout -in /etc/kubernetes/pki/ca.crt | "
+    "openssl pkey -pubin -outform der 2>/dev/null | openssl dgst -sha256 -hex | sed 's/^.* //'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinData:
+    """What a node needs to join: a bootstrap token (secret) and the CA hash."""
+
+    token: SecretStr = field(repr=False)
+    ca_hash: str
+
+
+def install_command(*args: str) -> str:
+    """``bash /tmp/install_k8s_cluster.sh ARGS`` with every argument quoted."""
+    return "bash " + " ".join(shlex.quote(a) for a in (REMOTE_SCRIPT, *args))
+
+
+def script_env(shell: NodeShell, topo: Topology, node: ClusterNode) -> dict[str, str]:
+    """The environment of the install script on ``node`` (``cluster.script_env`` and more)."""
+    env = dict(shell.settings.script_env)
+    env["K8S_NODE_NAME"] = node.name
+    env["ha_flag"] = "True" if topo.ha else "False"
+    return env
+
+
+async def is_installed(shell: NodeShell, node: ClusterNode) -> bool:
+    """Whether the install script finished on ``node`` (it writes /tmp/installed last)."""
+    return (await shell.run(node, "test -f /tmp/installed")).ok
+
+
+async def joined(shell: NodeShell, via: ClusterNode, node: ClusterNode) -> bool:
+    """Whether ``node`` is a cluster member (asked on ``via``) and finished its install."""
+    return await is_member(shell, via, node.name) and await is_installed(shell, node)
+
+
+async def join_data(shell: NodeShell, via: ClusterNode, *, step: str | None = None) -> JoinData:
+    """A fresh bootstrap token and the CA public-key hash, from master ``via``.
+
+    Raises:
+        CommandFailed: kubeadm or openssl failed on ``via``.
+        PermanentStepError: their output is not a token and a SHA-256 hash.
+    """
+    created = await shell.run(via, shell.kubeadm("token create"))
+    token = created.check(step=step).stdout.strip().splitlines()[-1:]
+    ca_hash = (await shell.run(via, CA_HASH)).check(step=step).stdout.strip()
+    if not token or len(ca_hash) != 64:
+        raise PermanentStepError(
+            f"could not read the join token and CA hash on {via.name}", step=step
+        )
+    return JoinData(SecretStr(token[0]), ca_hash)
+
+
+async def certificate_key(
+    shell: NodeShell, via: ClusterNode, *, secrets: tuple[str, ...] = (), step: str | None = None
+) -> SecretStr:
+    """Upload the control-plane certificates again on ``via``; their key (a secret).
+
+    Raises:
+        CommandFailed: kubeadm failed; PermanentStepError: it printed no key.
+    """
+    result = await shell.run(
+        via, shell.kubeadm("init phase upload-certs --upload-certs"), secrets=secrets
+    )
+    lines = result.check(step=step).stdout.strip().splitlines()
+    if not lines:
+        raise PermanentStepError(
+            "kubeadm init phase upload-certs printed no certificate key", step=step
+        )
+    return SecretStr(lines[-1].strip())
+
+
+def _cluster_args(shell: NodeShell, topo: Topology) -> list[str]:
+    p = shell.params
+    masters = ",".join(m.nic_ip for m in topo.masters)
+    return ["-m", masters, "-i", topo.cluster_ip, "-p", p.pod_cidr, "-a", p.service_cidr]
+
+
+async def init_main_master(
+    shell: NodeShell, topo: Topology, *, step: str | None = None
+) -> InstallReport:
+    """``kubeadm init`` on the main master through the install script (not idempotent alone:
+    guard it with :func:`joined`).
+
+    Returns:
+        What the script printed: server URL, CA, its hash (the token and
+        certificate key in it are secrets).
+
+    Raises:
+        CommandFailed: the script failed; PermanentStepError: its output
+            lacks the lines the caller needs.
+    """
+    main = topo.main
+    result = await shell.run(
+        main,
+        install_command(*_cluster_args(shell, topo)),
+        timeout=shell.settings.install_timeout,
+        env=script_env(shell, topo, main),
+    )
+    result.check(step=step)
+    try:
+        return parse_install_output(result.stdout)
+    except ValueError as exc:
+        raise PermanentStepError(str(exc), step=step) from None
+
+
+async def join_control_plane(
+    shell: NodeShell,
+    topo: Topology,
+    node: ClusterNode,
+    *,
+    via: ClusterNode | None = None,
+    step: str | None = None,
+) -> None:
+    """Join ``node`` as a control-plane member (HA): fresh token, CA hash, certificate key.
+
+    Arguments:
+        via: the master that hands out the join data (default: the main master).
+
+    Raises:
+        CommandFailed: kubeadm or the script failed.
+    """
+    via = via or topo.main
+    data = await join_data(shell, via, step=step)
+    token = data.token.get_secret_value()
+    key = (await certificate_key(shell, via, secrets=(token,), step=step)).get_secret_value()
+    args = [*_cluster_args(shell, topo), "-t", token, "-s", data.ca_hash, "-k", key]
+    result = await shell.run(
+        node,
+        install_command(*args),
+        timeout=shell.settings.install_timeout,
+        env=script_env(shell, topo, node),
+        secrets=[token, key],
+    )
+    result.check(step=step)
+
+
+async def join_worker(
+    shell: NodeShell,
+    topo: Topology,
+    node: ClusterNode,
+    data: JoinData,
+    *,
+    via: ClusterNode | None = None,
+    step: str | None = None,
+) -> None:
+    """Join ``node`` as a worker with ``data`` (the VIP for HA, else the main master's :6443).
+
+    A join cut off earlier (crash, kill) can still finish on the node and
+    register it under our feet, so this one then fails: that case is raised
+    as transient, and the retry sees the node joined.
+
+    Raises:
+        TransientStepError: the join failed but the node is registered.
+        CommandFailed: the join failed.
+    """
+    via = via or topo.main
+    join_ip = topo.cluster_ip if topo.ha else topo.main.nic_ip
+    token = data.token.get_secret_value()
+    result = await shell.run(
+        node,
+        install_command("-w", node.nic_ip, "-i", join_ip, "-t", token, "-s", data.ca_hash),
+        timeout=shell.settings.install_timeout,
+        env=script_env(shell, topo, node),
+        secrets=[token],
+    )
+    if not result.ok and await is_member(shell, via, node.name):
+        raise TransientStepError(
+            f"{node.name} was registered by an earlier join that was cut off; checking again",
+            step=step,
+        )
+    result.check(step=step)

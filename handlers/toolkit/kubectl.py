@@ -1,0 +1,197 @@
+"""kubectl on a master: nodes (membership, labels, drain, delete) and the VIM's access token.
+
+Every function runs kubectl as root on the master ``via`` with the admin
+kubeconfig, and is convergent: labelling twice, deleting a node that is gone or
+draining a drained node succeeds without changing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shlex
+import time
+from collections.abc import Mapping
+
+from handlers.toolkit.hosts import REMOTE_TOKEN_YAML
+from handlers.toolkit.shell import NodeShell
+from subscriber.errors import PermanentStepError, TransientStepError
+from subscriber.kernel.ports import ClusterNode
+
+__all__ = [
+    "TOKEN_NAMESPACE",
+    "TOKEN_SECRET",
+    "delete_node",
+    "drain_node",
+    "ensure_admin_token",
+    "is_member",
+    "label_node",
+    "node_names",
+    "read_bearer_token",
+    "read_ca_cert",
+]
+
+TOKEN_SECRET = "default-token-k8svim"  # Tacker's v2 sample create_admin_token.yaml
+TOKEN_NAMESPACE = "default"
+_ADMIN_BINDING = "lccn-k8svim-admin"
+
+
+async def node_names(shell: NodeShell, via: ClusterNode, *, step: str | None = None) -> set[str]:
+    """The names of the cluster's Node objects, as ``via`` sees them.
+
+    Raises:
+        CommandFailed: kubectl failed (API server down, no kubeconfig).
+    """
+    result = await shell.run(via, shell.kubectl("get nodes -o name"))
+    lines = result.check(step=step).stdout.split()
+    return {line.removeprefix("node/") for line in lines if line.strip()}
+
+
+async def is_member(shell: NodeShell, via: ClusterNode, name: str) -> bool:
+    """Whether a Node called ``name`` exists (asked on ``via``)."""
+    result = await shell.run(via, shell.kubectl(f"get node {shlex.quote(name)} -o name"))
+    return result.ok
+
+
+async def label_node(
+    shell: NodeShell,
+    via: ClusterNode,
+    name: str,
+    labels: Mapping[str, str | None],
+    *,
+    step: str | None = None,
+) -> None:
+    """Set (value) or remove (``None``) labels of Node ``name``, overwriting other values.
+
+    Raises:
+        CommandFailed: no such node, or kubectl failed.
+    """
+    if not labels:
+        return
+    items = [f"{k}={v}" if v is not None else f"{k}-" for k, v in sorted(labels.items())]
+    args = " ".join(shlex.quote(i) for i in items)
+    result = await shell.run(
+        via, shell.kubectl(f"label nodes {shlex.quote(name)} {args} --overwrite")
+    )
+    result.check(step=step)
+
+
+async def drain_node(
+    shell: NodeShell,
+    via: ClusterNode,
+    name: str,
+    *,
+    timeout: float = 120.0,  # noqa: ASYNC109 - kubectl's own --timeout
+    step: str | None = None,
+) -> bool:
+    """Cordon Node ``name`` and evict its pods (DaemonSets' are left, as Tacker does).
+
+    Returns:
+        False when there is no such node (nothing to drain), else True.
+
+    Raises:
+        CommandFailed: the drain did not finish within ``timeout``.
+    """
+    if not await is_member(shell, via, name):
+        return False
+    command = shell.kubectl(
+        f"drain {shlex.quote(name)} --ignore-daemonsets --delete-emptydir-data --force "
+        f"--timeout={int(timeout)}s"
+    )
+    result = await shell.run(via, command, timeout=timeout + 30.0)
+    result.check(step=step)
+    return True
+
+
+async def delete_node(
+    shell: NodeShell, via: ClusterNode, name: str, *, step: str | None = None
+) -> bool:
+    """Delete Node ``name``; False when it was already gone.
+
+    Raises:
+        CommandFailed: kubectl failed for another reason.
+    """
+    if not await is_member(shell, via, name):
+        return False
+    result = await shell.run(via, shell.kubectl(f"delete node {shlex.quote(name)}"))
+    if not result.ok and "NotFound" in result.stderr:
+        return False  # deleted by someone else meanwhile
+    result.check(step=step)
+    return True
+
+
+async def ensure_admin_token(
+    shell: NodeShell, via: ClusterNode, *, step: str | None = None
+) -> bool:
+    """Create the VIM's service-account-token Secret (and its cluster-admin binding).
+
+    Tacker's v2 approach (TACKER.md §1.7): ``create_admin_token.yaml``, uploaded
+    by :func:`~handlers.toolkit.hosts.upload_scripts`, is a
+    ``kubernetes.io/service-account-token`` Secret of SA ``default``.
+
+    Returns:
+        False when the Secret already existed (nothing created).
+    """
+    secret = f"get secret {TOKEN_SECRET} -n {TOKEN_NAMESPACE} -o name"
+    if (await shell.run(via, shell.kubectl(secret))).ok:
+        return False
+    binding = await shell.run(
+        via,
+        shell.kubectl(
+            f"create clusterrolebinding {_ADMIN_BINDING} --clusterrole cluster-admin "
+            f"--serviceaccount {TOKEN_NAMESPACE}:default"
+        ),
+    )
+    if not binding.ok and "AlreadyExists" not in binding.stderr:
+        binding.check(step=step)
+    created = await shell.run(via, shell.kubectl(f"create -f {REMOTE_TOKEN_YAML}"))
+    if not created.ok and "AlreadyExists" not in created.stderr:
+        created.check(step=step)
+    return True
+
+
+async def read_bearer_token(
+    shell: NodeShell,
+    via: ClusterNode,
+    *,
+    wait: float,
+    step: str | None = None,
+) -> str:
+    """The VIM's bearer token (a secret), waiting up to ``wait`` s for the token controller.
+
+    Raises:
+        TransientStepError: the Secret has no token yet after ``wait`` seconds.
+        PermanentStepError: the Secret holds something that is not base64.
+    """
+    deadline = time.monotonic() + wait
+    command = shell.kubectl(
+        f"get secret {TOKEN_SECRET} -n {TOKEN_NAMESPACE} -o jsonpath='{{.data.token}}'"
+    )
+    while True:
+        result = await shell.run(via, command)
+        encoded = result.stdout.strip() if result.ok else ""
+        if encoded:
+            try:
+                return base64.b64decode(encoded, validate=True).decode()
+            except ValueError:
+                raise PermanentStepError(
+                    f"Secret {TOKEN_SECRET} holds no valid token", step=step
+                ) from None
+        if time.monotonic() >= deadline:
+            raise TransientStepError(
+                f"Secret {TOKEN_SECRET} has no token after {wait:g}s", step=step
+            )
+        await asyncio.sleep(1.0)  # polling the API server: no event to wait on over SSH
+
+
+async def read_ca_cert(shell: NodeShell, master: ClusterNode, *, step: str | None = None) -> str:
+    """The cluster CA certificate (PEM) from ``master``.
+
+    Raises:
+        CommandFailed: unreadable; PermanentStepError: not a PEM certificate.
+    """
+    result = await shell.run(master, "cat /etc/kubernetes/pki/ca.crt")
+    pem = result.check(step=step).stdout
+    if "BEGIN CERTIFICATE" not in pem:
+        raise PermanentStepError(f"{master.name}'s /etc/kubernetes/pki/ca.crt is no PEM", step=step)
+    return pem

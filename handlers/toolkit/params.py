@@ -1,0 +1,90 @@
+"""The cluster parameters of an operation, and the API version it speaks.
+
+Parameters come from the op-occ at hand (``GET vnf_lcm_op_occs/{id}``,
+``operationParams.additionalParams``), else from the parameters the instance
+saved at instantiation (v1 behaviour for scale/heal requests that omit them).
+They hold passwords: keep them in memory, never in a step result or a log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from schemas import Notification, VnfLcmOperationOccurrenceNotification
+from schemas.cluster_params import (
+    PARAM_KEY,
+    K8sClusterInstallationParams,
+    apply_credential_overrides,
+    parse_cluster_params,
+)
+from subscriber.errors import ClusterParamsError, PermanentStepError
+from subscriber.kernel.ports import ApiVersion, TackerApi
+
+__all__ = ["api_version", "load_params", "params_summary"]
+
+
+def api_version(notification: Notification) -> ApiVersion:
+    """The VNF LCM API version of the notification (its links say ``/vnflcm/v1/``)."""
+    if (
+        isinstance(notification, VnfLcmOperationOccurrenceNotification)
+        and "/vnflcm/v1/" in notification.links.vnfInstance.href
+    ):
+        return "v1"
+    return "v2"
+
+
+def _mapping(data: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any] | None:
+    for key in path:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)
+    return data if isinstance(data, Mapping) else None
+
+
+async def load_params(
+    tacker: TackerApi, notification: VnfLcmOperationOccurrenceNotification
+) -> K8sClusterInstallationParams:
+    """The operation's ``k8s_cluster_installation_param``, else the instance's saved ones.
+
+    v1 scale/heal requests may carry ``master_node_username``/``_password``
+    overrides on top of the saved parameters.
+
+    Raises:
+        PermanentStepError: no parameters anywhere, or invalid ones (each bad
+            field named, no value echoed).
+        TackerUnavailable: Tacker could not be asked (retriable).
+    """
+    n = notification
+    api = api_version(n)
+    occ = await tacker.get_op_occ(n.vnfLcmOpOccId)
+    request = _mapping(occ, "operationParams", "additionalParams") or {}
+    try:
+        if PARAM_KEY in request:
+            return parse_cluster_params(request, api=api)
+        instance = await tacker.get_vnf_instance(n.vnfInstanceId)
+        saved = _mapping(instance, "instantiatedVnfInfo", "additionalParams") or _mapping(
+            instance, "additionalParams"
+        )
+        if not saved or PARAM_KEY not in saved:
+            raise PermanentStepError(
+                f"neither the {n.operation.value} request ({n.vnfLcmOpOccId}) nor the "
+                f"instance's saved additionalParams carry {PARAM_KEY}",
+                vnf_instance_id=n.vnfInstanceId,
+            )
+        params = parse_cluster_params(saved, api=api)
+        return apply_credential_overrides(params, request)
+    except ClusterParamsError as exc:
+        # A PermanentStepError (not the schema's own error) so the runner files it as such.
+        raise PermanentStepError(str(exc), vnf_instance_id=n.vnfInstanceId) from None
+
+
+def params_summary(params: K8sClusterInstallationParams, api: ApiVersion) -> dict[str, Any]:
+    """What a step may store of the parameters: nothing that logs in anywhere."""
+    return {
+        "api": api,
+        "masterVdu": params.master_node.vdu_id,
+        "workerVdu": params.worker_node.vdu_id,
+        "podCidr": params.pod_cidr,
+        "serviceCidr": params.service_cidr,
+    }

@@ -1,0 +1,98 @@
+"""What a step sees of its job: identity, the notification, results, typed services."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from schemas import Notification
+from subscriber.errors import ServiceMissing
+from subscriber.kernel.ports import ClusterInventory, OpenStackLookups, SshExecutor, TackerApi
+
+__all__ = ["JobContext", "Services"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Services:
+    """The clients steps use; ``None`` where the service is not configured.
+
+    ``serve`` wires the real clients (asyncssh pool, Tacker, openstacksdk, the
+    store's inventory); unit tests pass in-memory fakes; integration tests the
+    real Tacker, the simulated OpenStack and real sshd hosts. Steps ask for one
+    with :meth:`need_ssh` and friends, which fail the job with a message that
+    names the missing settings.
+    """
+
+    ssh: SshExecutor | None = None
+    tacker: TackerApi | None = None
+    openstack: OpenStackLookups | None = None
+    inventory: ClusterInventory | None = None
+
+    def merged(self, overrides: Services | None) -> Services:
+        """These services with every service ``overrides`` sets taking precedence."""
+        if overrides is None:
+            return self
+        changes = {
+            f.name: getattr(overrides, f.name)
+            for f in fields(overrides)
+            if getattr(overrides, f.name) is not None
+        }
+        return replace(self, **changes)
+
+    def configured(self) -> frozenset[str]:
+        """The names of the services that are present."""
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)
+
+    def _need(self, name: str, value: Any) -> Any:
+        if value is None:
+            raise ServiceMissing(
+                f"the {name!r} service is not configured: the cluster handlers need tacker, "
+                "openstack and ssh (see the tacker.*, openstack.* and ssh.* settings)"
+            )
+        return value
+
+    def need_ssh(self) -> SshExecutor:
+        ssh: SshExecutor = self._need("ssh", self.ssh)
+        return ssh
+
+    def need_tacker(self) -> TackerApi:
+        tacker: TackerApi = self._need("tacker", self.tacker)
+        return tacker
+
+    def need_openstack(self) -> OpenStackLookups:
+        openstack: OpenStackLookups = self._need("openstack", self.openstack)
+        return openstack
+
+    def need_inventory(self) -> ClusterInventory:
+        inventory: ClusterInventory = self._need("inventory", self.inventory)
+        return inventory
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a step sees of its job.
+
+    Attributes:
+        event_id, job_id, attempt: identity of the run (attempt counts from 1).
+        mode: ``live``, ``resume`` or ``anew``.
+        notification: the event's notification, parsed from the stored
+            (redacted) body: secrets must be read from Tacker, not from here.
+        results: results of this job's steps that are already done, by name;
+            a step's return value is added under its name when it finishes.
+        services: the clients steps use.
+        log: a logger adapter carrying the event/job/instance ids.
+    """
+
+    event_id: int
+    job_id: int
+    attempt: int
+    mode: str
+    notification: Notification
+    results: dict[str, Any]
+    services: Services
+    log: logging.LoggerAdapter[logging.Logger]
+
+    @property
+    def vnf_instance_id(self) -> str:
+        return self.notification.vnfInstanceId

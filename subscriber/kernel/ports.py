@@ -1,0 +1,280 @@
+"""What handlers need from the outside world, as small protocols and their values.
+
+Handlers reach Tacker, OpenStack, the VMs and the cluster inventory only
+through these (see :class:`subscriber.kernel.context.Services`). The adapters
+implement them (``subscriber.tacker``, ``subscriber.openstack``,
+``subscriber.ssh``, ``subscriber.store.inventory``) and import their values
+from here, so neither side imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import SecretStr
+
+from subscriber.errors import CommandFailed
+from subscriber.redact import mask_secrets
+
+__all__ = [
+    "ApiVersion",
+    "ClusterInventory",
+    "ClusterNode",
+    "CommandResult",
+    "KubernetesAccess",
+    "OpenStackLookups",
+    "PortAddresses",
+    "SshExecutor",
+    "SshTarget",
+    "TackerApi",
+]
+
+ApiVersion = Literal["v1", "v2"]
+
+
+# ------------------------------------------------------------------- Tacker
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesAccess:
+    """How to reach a cluster: what goes into a ``ETSINFV.KUBERNETES.V_1`` vimConnectionInfo."""
+
+    endpoint: str  # https://<ip>:6443, or :16443 behind the HA VIP
+    ssl_ca_cert: str  # PEM
+    bearer_token: SecretStr
+    vim_id: str | None = None
+
+
+class TackerApi(Protocol):
+    """Tacker's VNF LCM API as the handlers use it (v2 where v1 differs, ``api`` says which)."""
+
+    async def get_vnf_instance(self, vnf_instance_id: str) -> dict[str, Any]:
+        """``GET vnf_instances/{id}`` (secrets are stripped by Tacker)."""
+        ...
+
+    async def get_op_occ(self, op_occ_id: str) -> dict[str, Any]:
+        """``GET vnf_lcm_op_occs/{id}``; ``operationParams.additionalParams`` hold our params."""
+        ...
+
+    async def write_back(
+        self, vnf_instance_id: str, access: KubernetesAccess, *, api: ApiVersion = "v2"
+    ) -> str:
+        """PATCH our Kubernetes entry into ``vimConnectionInfo`` and wait for its MODIFY_INFO.
+
+        Returns the MODIFY_INFO op-occ id (recorded so its notifications are
+        recognised as our own echo). Raises a retriable error on 409/5xx past
+        the client's own retries, a permanent one if Tacker fails the op-occ.
+        """
+        ...
+
+    async def clear_write_back(self, vnf_instance_id: str, *, api: ApiVersion = "v1") -> None:
+        """Remove our entry (v1 only: v2 resets vimConnectionInfo itself at TERMINATE)."""
+        ...
+
+    async def register_vim(self, name: str, access: KubernetesAccess) -> str | None:
+        """``POST /v1.0/vims`` (type kubernetes); the VIM id, or None when registration is off."""
+        ...
+
+    async def delete_vim(self, name: str) -> bool:
+        """Delete the VIM registered under ``name``; False if there was none."""
+        ...
+
+
+# ---------------------------------------------------------------- OpenStack
+
+
+@dataclass(frozen=True, slots=True)
+class PortAddresses:
+    """A connection point's addresses as Heat reports them."""
+
+    fixed_ips: tuple[str, ...]
+    floating_ip: str | None = None
+
+
+class OpenStackLookups(Protocol):
+    """Heat and Nova reads (openstacksdk, run off the event loop)."""
+
+    async def port_addresses(self, stack_id: str, cp_name: str) -> PortAddresses:
+        """``GET stacks/{stack_id}/resources/{cp_name}`` -> fixed_ips / floating_ip_address."""
+        ...
+
+    async def server_host(self, server_id: str) -> str | None:
+        """Nova's ``OS-EXT-SRV-ATTR:host`` of a server (the compute host)."""
+        ...
+
+
+# ---------------------------------------------------------------------- SSH
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SshTarget:
+    """Where and as whom to run: one pooled connection per (host, port, username).
+
+    Arguments:
+        host: address or name of the VM (Tacker's ``ssh_cp_name`` IP).
+        username: login user; commands run with ``sudo=True`` go through sudo
+            unless this is ``root``.
+        port: SSH port; ``None`` takes the executor's default.
+        password: for password authentication and ``sudo -S``.
+        client_keys: private key files tried before the executor's own.
+        known_hosts: extra OpenSSH known_hosts lines trusted for this target
+            (e.g. pinned in the VNF's parameters).
+    """
+
+    host: str
+    username: str = "root"
+    port: int | None = None
+    password: SecretStr | None = field(default=None, compare=False, repr=False)
+    client_keys: tuple[Path, ...] = field(default=(), compare=False)
+    known_hosts: str | None = field(default=None, compare=False, repr=False)
+
+    def describe(self, default_port: int = 22) -> str:
+        return f"{self.username}@{self.host}:{self.port or default_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """The outcome of one command.
+
+    ``stdout``/``stderr`` are the *tails* of the streams (at most
+    ``max_output_bytes`` each, decoded as UTF-8 with replacement), raw, for the
+    step to parse; ``command`` is the redacted form, for messages.
+    """
+
+    host: str
+    command: str
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    duration: float
+    exit_signal: str | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    secrets: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def redacted(self, text: str) -> str:
+        """``text`` with this command's secrets and secret-looking values masked."""
+        return mask_secrets(text, self.secrets)
+
+    def check(self, *, step: str | None = None) -> CommandResult:
+        """Return ``self`` if the command exited 0, else raise.
+
+        Raises:
+            CommandFailed: with the exit status and the redacted stderr tail
+                (stdout's when stderr is empty).
+        """
+        if self.ok:
+            return self
+        status = f"signal {self.exit_signal}" if self.exit_signal else f"exit {self.exit_status}"
+        tail = (self.stderr.strip() or self.stdout.strip())[-800:]
+        message = f"{self.command!r} on {self.host} failed ({status})"
+        if tail:
+            message += f": {self.redacted(tail)}"
+        raise CommandFailed(message, host=self.host, step=step, result=self)
+
+
+@runtime_checkable
+class SshExecutor(Protocol):
+    """What handlers need from SSH (the seam for in-memory fakes)."""
+
+    async def run(
+        self,
+        target: SshTarget,
+        command: str,
+        *,
+        command_timeout: float | None = None,
+        sudo: bool = False,
+        input: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> CommandResult: ...
+
+    async def upload(
+        self,
+        target: SshTarget,
+        source: bytes | str | Path,
+        remote_path: str,
+        *,
+        mode: int = 0o644,
+        upload_timeout: float | None = None,
+    ) -> None: ...
+
+
+# --------------------------------------------------------------- inventory
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterNode:
+    """One Kubernetes node on a VNFC VM, as discovered (no secrets).
+
+    ``name`` is Tacker's ``master``/``worker`` + the last octet of ``nic_ip``;
+    ``ssh_ip`` is the ssh CP's floating IP when it has one, else its fixed IP;
+    ``cluster_ip`` is the address nodes join (the VIP for HA).
+    """
+
+    name: str
+    role: Literal["master", "worker"]
+    vnfc_id: str
+    nic_ip: str
+    ssh_ip: str
+    vdu_id: str | None = None
+    stack_id: str | None = None
+    server_id: str | None = None
+    compute_host: str | None = None
+    cluster_ip: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "vnfcId": self.vnfc_id,
+            "nicIp": self.nic_ip,
+            "sshIp": self.ssh_ip,
+            "vduId": self.vdu_id,
+            "stackId": self.stack_id,
+            "serverId": self.server_id,
+            "computeHost": self.compute_host,
+            "clusterIp": self.cluster_ip,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClusterNode:
+        """The inverse of :meth:`as_json` (a checkpointed discovery result)."""
+        role = data["role"]
+        if role not in ("master", "worker"):
+            raise ValueError(f"not a node role: {role!r}")
+        return cls(
+            name=str(data["name"]),
+            role=role,
+            vnfc_id=str(data["vnfcId"]),
+            nic_ip=str(data["nicIp"]),
+            ssh_ip=str(data["sshIp"]),
+            vdu_id=data.get("vduId"),
+            stack_id=data.get("stackId"),
+            server_id=data.get("serverId"),
+            compute_host=data.get("computeHost"),
+            cluster_ip=data.get("clusterIp"),
+        )
+
+
+class ClusterInventory(Protocol):
+    """The stored nodes of each VNF instance's cluster (``store.inventory``)."""
+
+    async def replace(self, vnf_instance_id: str, nodes: Sequence[ClusterNode]) -> None:
+        """Make the instance's inventory exactly ``nodes``."""
+        ...
+
+    async def nodes(self, vnf_instance_id: str) -> list[ClusterNode]:
+        """The instance's nodes, masters first, by name."""
+        ...
+
+    async def forget(self, vnf_instance_id: str) -> int:
+        """Delete the instance's inventory; the number of nodes removed."""
+        ...
