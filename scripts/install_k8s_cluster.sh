@@ -237,11 +237,14 @@ configure_ha() {
             "    virtual_ipaddress {" "        ${CLUSTER_IP}/24" "    }" \
             "    track_script {" "        chk_haproxy" "    }" "}"
     } | $SUDO tee /etc/keepalived/keepalived.conf >/dev/null
-    if command -v systemctl >/dev/null && command -v haproxy >/dev/null; then
+    # Only where systemd runs the services and both are installed (a package install
+    # on a machine without systemd leaves haproxy's binary but no service manager).
+    if [ -d /run/systemd/system ] && command -v haproxy >/dev/null \
+        && command -v keepalived >/dev/null; then
         $SUDO systemctl enable haproxy keepalived
         $SUDO systemctl restart haproxy keepalived
     else
-        log "haproxy/keepalived not installed here: configuration written, services not started"
+        log "haproxy/keepalived not run by systemd here: configuration written, services not started"
     fi
 }
 
