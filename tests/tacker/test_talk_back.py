@@ -292,13 +292,16 @@ async def test_reconciler_recovers_transitions_sent_while_serve_was_down(
     await first.stop()  # the subscription stays: Tacker's sends to it are lost
 
     inst, occ = await instantiate(tacker, bed, sim)
-    sent = await asyncio.to_thread(
-        lambda: {
-            (b["operationState"], b["notificationStatus"])
-            for b in recorder.bodies(vnfLcmOpOccId=occ)
-        }
-    )
-    assert sent == {("STARTING", "START"), ("PROCESSING", "RESULT"), ("COMPLETED", "RESULT")}
+    expected = {("STARTING", "START"), ("PROCESSING", "RESULT"), ("COMPLETED", "RESULT")}
+
+    async def all_sent() -> set[tuple[str, str]] | None:
+        # Tacker sends each notification from its own thread: COMPLETED can land a
+        # moment after the op-occ shows COMPLETED.
+        bodies = await asyncio.to_thread(recorder.bodies, vnfLcmOpOccId=occ)
+        got = {(b["operationState"], b["notificationStatus"]) for b in bodies}
+        return got if got == expected else None
+
+    sent = await wait_until(all_sent, timeout=30, what="Tacker to send the three transitions")
 
     second: Service = await services(
         service_settings(db_url, tacker_settings(bed, reconcile_interval=0.3))
