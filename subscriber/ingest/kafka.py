@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import random
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -50,17 +47,19 @@ from subscriber.ingest.kafka_records import (
     record_meta,
 )
 from subscriber.ingest.offsets import OffsetTracker, Partition, Ticket
+from subscriber.lifecycle import Component, State
 from subscriber.store import AppendResult, NewEvent
 
 __all__ = [
     "EventSink",
     "KafkaSource",
     "KafkaSourceStatus",
-    "SourceState",
     "build_kafka_source",
 ]
 
 log = logging.getLogger(__name__)
+
+_MAIN = "kafka-source"
 
 # How long one getmany() waits for records; also how quickly the loop notices
 # that it may resume paused partitions or must stop.
@@ -88,18 +87,11 @@ class EventSink(Protocol):
     ) -> AppendResult: ...
 
 
-class SourceState(enum.Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-
-
 @dataclass(frozen=True, slots=True)
 class KafkaSourceStatus:
     """A snapshot for readiness probes, ``kafka status`` and metrics."""
 
-    state: SourceState
+    state: State
     ready: bool
     broker_ok: bool
     store_ok: bool
@@ -127,7 +119,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._source._on_assigned([Partition(tp.topic, tp.partition) for tp in assigned])
 
 
-class KafkaSource:
+class KafkaSource(Component):
     """Consumes notification records into the event store.
 
     Usage::
@@ -151,15 +143,14 @@ class KafkaSource:
     ) -> None:
         if not settings.enabled:
             raise ValueError("KafkaSource needs kafka.bootstrap_servers")
+        super().__init__()
         self._settings = settings
         self._sink = sink
         self._factory = consumer_factory or AIOKafkaConsumer
-        self._state = SourceState.CREATED
         self._consumer: Any = None
         self._tracker = OffsetTracker()
         self._commit_lock = asyncio.Lock()
         self._progress = asyncio.Event()
-        self._main: asyncio.Task[None] | None = None
         self._helpers: list[asyncio.Task[None]] = []
         self._batches: set[asyncio.Task[None]] = set()
         self._in_flight = 0
@@ -185,11 +176,13 @@ class KafkaSource:
         Raises:
             RuntimeError: the source was started before.
         """
-        if self._state is not SourceState.CREATED:
-            raise RuntimeError(f"KafkaSource cannot start: it is {self._state.value}")
-        self._state = SourceState.RUNNING
-        self._main = asyncio.create_task(self._run(), name="kafka-source")
-        self._main.add_done_callback(self._main_done)
+        await super().start()
+
+    async def _start(self) -> None:
+        # _run() handles every error it expects; should it die anyway (a bug),
+        # the source fails loudly: readiness says no, so the process
+        # supervisor can restart us.
+        self._spawn(_MAIN, self._run, restart=False)
 
     async def stop(self) -> None:
         """Stop polling, let in-flight appends finish, commit them, leave the group.
@@ -197,61 +190,21 @@ class KafkaSource:
         In-flight appends get ``graceful_timeout`` seconds; records still not
         stored then are not committed and will be redelivered. Idempotent.
         """
-        if self._state in (SourceState.STOPPING, SourceState.STOPPED):
-            return
-        if self._state is SourceState.CREATED:
-            self._state = SourceState.STOPPED
-            return
-        self._state = SourceState.STOPPING
-        main, self._main = self._main, None
-        try:
-            if main is not None:
-                main.cancel()
-                await asyncio.gather(main, return_exceptions=True)
-        finally:
-            self._state = SourceState.STOPPED
+        # Cancelling the main task runs that sequence in its ``finally``.
+        await super().stop()
 
-    async def __aenter__(self) -> KafkaSource:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    def __del__(self, _warn: Any = warnings.warn) -> None:
-        if self._state is SourceState.RUNNING:
-            _warn(f"Unstopped KafkaSource {self!r}", ResourceWarning, source=self, stacklevel=1)
-
-    def _main_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            # _run() handles every error it expects; this is a bug. Readiness
-            # now says no, so the process supervisor can restart us.
-            self._last_error = f"consumer task died: {type(exc).__name__}: {exc}"
-            self._broker_ok = False
-            log.error("kafka source task died", exc_info=exc)
+    def _on_task_error(self, name: str, exc: BaseException) -> None:
+        self._last_error = f"consumer task died: {type(exc).__name__}: {exc}"
+        self._broker_ok = False
 
     # -- status --------------------------------------------------------------
 
     @property
-    def state(self) -> SourceState:
-        return self._state
-
-    @property
     def ready(self) -> bool:
         """Running, the broker answers, and the store takes appends."""
-        main = self._main
         return (
-            self._state is SourceState.RUNNING
-            and main is not None
-            and not main.done()
+            self.state is State.RUNNING
+            and self._task(_MAIN) is not None
             and self._broker_ok
             and self._store_ok
         )
@@ -298,7 +251,7 @@ class KafkaSource:
             except Exception:
                 assignment = ()
         return KafkaSourceStatus(
-            state=self._state,
+            state=self.state,
             ready=self.ready,
             broker_ok=self._broker_ok,
             store_ok=self._store_ok,

@@ -13,12 +13,12 @@ from pydantic import SecretStr
 
 from subscriber.config import SshSettings
 from subscriber.errors import PermanentStepError, TransientStepError
+from subscriber.lifecycle import State
 from subscriber.ssh import (
     AuthenticationFailed,
     CommandFailed,
     CommandTimeout,
     HostKeyRejected,
-    PoolState,
     SftpFailed,
     SshConnectError,
     SshConnectionLost,
@@ -247,7 +247,7 @@ async def test_connection_reuse_and_reconnect(bed: Any, pool: SshPool) -> None:
 
 async def test_pool_lifecycle(ssh_settings: SshSettings, bed: Any) -> None:
     pool = SshPool(ssh_settings)
-    assert pool.state is PoolState.UNOPENED
+    assert pool.state is State.UNOPENED
     with pytest.raises(RuntimeError):
         await pool.run(root_target(bed), "true")
     await pool.start()
@@ -256,6 +256,6 @@ async def test_pool_lifecycle(ssh_settings: SshSettings, bed: Any) -> None:
     await pool.run(root_target(bed), "true")
     await pool.stop()
     await pool.stop()  # idempotent
-    assert pool.state is PoolState.CLOSED
+    assert pool.state is State.STOPPED
     with pytest.raises(RuntimeError):
         await pool.run(root_target(bed), "true")
