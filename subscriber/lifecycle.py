@@ -251,7 +251,9 @@ class Component:
         logged = self._logged.setdefault(name, set())
         if text not in logged:
             logged.add(text)
-            log.error("%s: task %s crashed; restarting", self._name, name, exc_info=exc)
+            log.error(
+                "%s: task %s crashed; restarting in %.2gs", self._name, name, delay, exc_info=exc
+            )
         else:
             log.debug("%s: task %s crashed again: %s", self._name, name, text)
         self._launch(name, factory, self._restart_after(name, delay, factory), restart)

@@ -119,7 +119,9 @@ class Service(Component):
         """Kafka readiness in /readyz and its lag in ``lccn_consumer_lag``."""
 
         async def ready() -> CheckResult:
-            return CheckResult(kafka.ready, "" if kafka.ready else "consumer not ready")
+            # A failed source (its consumer task died) says why.
+            detail = "" if kafka.ready else kafka.failure or "consumer not ready"
+            return CheckResult(kafka.ready, detail)
 
         def lag() -> None:
             for (topic, partition), behind in kafka.lag().items():
