@@ -59,7 +59,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# The owned tasks: the main one (connect, poll, and at stop drain and commit),
+# and the two helpers it runs while connected.
 _MAIN = "kafka-source"
+_COMMIT = "kafka-source-commit"
+_HEALTH = "kafka-source-health"
 
 # How long one getmany() waits for records; also how quickly the loop notices
 # that it may resume paused partitions or must stop.
@@ -151,7 +155,6 @@ class KafkaSource(Component):
         self._tracker = OffsetTracker()
         self._commit_lock = asyncio.Lock()
         self._progress = asyncio.Event()
-        self._helpers: list[asyncio.Task[None]] = []
         self._batches: set[asyncio.Task[None]] = set()
         self._in_flight = 0
         self._paused = False
@@ -190,8 +193,12 @@ class KafkaSource(Component):
         In-flight appends get ``graceful_timeout`` seconds; records still not
         stored then are not committed and will be redelivered. Idempotent.
         """
-        # Cancelling the main task runs that sequence in its ``finally``.
         await super().stop()
+
+    async def _stop(self) -> None:
+        # The main task's ``finally`` runs that sequence, helpers stopped
+        # after the final commit.
+        await self._cancel_task(_MAIN)
 
     def _on_task_error(self, name: str, exc: BaseException) -> None:
         self._last_error = f"consumer task died: {type(exc).__name__}: {exc}"
@@ -306,10 +313,8 @@ class KafkaSource(Component):
             ",".join(self._settings.bootstrap_servers),
             self._settings.group_id,
         )
-        self._helpers = [
-            asyncio.create_task(self._commit_loop(), name="kafka-source-commit"),
-            asyncio.create_task(self._health_loop(), name="kafka-source-health"),
-        ]
+        self._spawn(_COMMIT, self._commit_loop, restart=True)
+        self._spawn(_HEALTH, self._health_loop, restart=True)
         try:
             await self._poll_loop(consumer)
         finally:
@@ -317,10 +322,8 @@ class KafkaSource(Component):
             # in-flight appends, final commit, helpers, then the consumer.
             await self._drain(self._settings.graceful_timeout)
             await self._commit(within=self._settings.request_timeout)
-            for task in self._helpers:
-                task.cancel()
-            await asyncio.gather(*self._helpers, return_exceptions=True)
-            self._helpers = []
+            await self._cancel_task(_COMMIT)
+            await self._cancel_task(_HEALTH)
             await _stop_quietly(consumer, self._settings.request_timeout)
             self._broker_ok = False
 
