@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
 import logging
 import os
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 
 from schemas import LcmOperationType
 from subscriber.config import DispatchSettings
+from subscriber.lifecycle import Component, State
 from subscriber.metrics import Metrics
 from subscriber.runner import Runner
 from subscriber.store import AppendedEvent, EventRow, EventStatus, Store
@@ -123,14 +123,7 @@ def choose_next(
     return Decision(event=head)
 
 
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-
-
-class Dispatcher:
+class Dispatcher(Component):
     """Feeds lanes from the store to the runner."""
 
     def __init__(
@@ -140,49 +133,46 @@ class Dispatcher:
         settings: DispatchSettings,
         metrics: Metrics | None = None,
     ) -> None:
+        super().__init__()
         self._metrics = metrics
         self._store = store
         self._runner = runner
         self._settings = settings
         self.worker_id = settings.worker_id or default_worker_id()
-        self._state = _State.UNOPENED
+        self._grace = settings.graceful_timeout
         self._wake = asyncio.Event()
         self._dirty: set[str] = set()
         self._timers: dict[str, float] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
-        self._main: asyncio.Task[None] | None = None
+        # Set while no lane runs and no work is known (no dirty lane, no timer).
         self._idle = asyncio.Event()
         self._idle.set()
 
     # -- lifecycle -----------------------------------------------------------
 
-    async def start(self) -> None:
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"Dispatcher cannot start: it is {self._state.value}")
-        self._state = _State.RUNNING
+    async def _start(self) -> None:
         self._store.events.add_listener(self._on_appended)
-        self._main = asyncio.create_task(self._loop(), name="dispatcher")
-        self._main.add_done_callback(self._main_done)
+        self._spawn("dispatcher", self._loop, restart=True)
 
     async def stop(self, graceful_timeout: float | None = None) -> None:
         """Stop taking work, let running lanes finish their step up to the grace period.
 
         Lanes still running after ``graceful_timeout`` are cancelled; their
         steps stay checkpointed as running and resume on the next start.
+
+        Arguments:
+            graceful_timeout: overrides ``dispatch.graceful_timeout``.
         """
-        if self._state in (_State.STOPPING, _State.STOPPED, _State.UNOPENED):
-            self._state = _State.STOPPED
-            return
-        self._state = _State.STOPPING
-        grace = self._settings.graceful_timeout if graceful_timeout is None else graceful_timeout
+        if graceful_timeout is not None:
+            self._grace = graceful_timeout
+        await super().stop()
+
+    async def _stop(self) -> None:
         self._wake.set()
-        if self._main is not None:
-            self._main.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._main
+        await self._cancel_task("dispatcher")
         tasks = list(self._active.values())
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace)
+            _, pending = await asyncio.wait(tasks, timeout=self._grace)
             for task in pending:
                 task.cancel()
             for task in pending:
@@ -190,15 +180,6 @@ class Dispatcher:
                     await task
             if pending:
                 log.warning("cancelled running lanes at shutdown", extra={"lanes": len(pending)})
-        self._state = _State.STOPPED
-
-    def _main_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or self._state is not _State.RUNNING:
-            return
-        exc = task.exception()
-        log.error("dispatcher loop died; restarting", exc_info=exc)
-        self._main = asyncio.create_task(self._loop(), name="dispatcher")
-        self._main.add_done_callback(self._main_done)
 
     # -- wake-ups ------------------------------------------------------------
 
@@ -206,6 +187,7 @@ class Dispatcher:
         for event in batch:
             if event.lane is not None:
                 self._dirty.add(event.lane)
+        self._note_idle()
         self._wake.set()
 
     def poke(self, lane: str | None = None) -> None:
@@ -214,23 +196,36 @@ class Dispatcher:
             self._timers["*"] = 0.0
         else:
             self._dirty.add(lane)
+        self._note_idle()
         self._wake.set()
 
+    def _note_idle(self) -> None:
+        if self._active or self._dirty or self._timers:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
     async def wait_idle(self, within: float) -> bool:
-        """Test helper: wait until no lane is running and nothing is dirty."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if not self._active and not self._dirty and not self._timers:
-                return True
-            await asyncio.sleep(0.02)
-        return False
+        """Wait until no lane runs and no work is known (no dirty lane, no timer).
+
+        Arguments:
+            within: seconds to wait at most.
+
+        Returns:
+            ``True`` once idle, ``False`` if still busy after ``within``.
+        """
+        try:
+            await asyncio.wait_for(self._idle.wait(), within)
+        except TimeoutError:
+            return False
+        return True
 
     # -- main loop -----------------------------------------------------------
 
     async def _loop(self) -> None:
         next_rescan = 0.0
         dead_owners: frozenset[str] = frozenset()
-        while self._state is _State.RUNNING:
+        while self.state is State.RUNNING:
             now = time.time()
             if now >= next_rescan or self._timers.pop("*", None) is not None:
                 try:
@@ -261,6 +256,7 @@ class Dispatcher:
             if self._timers:
                 timeout = min(timeout, min(self._timers.values()) - time.time())
             # No await since the lanes were started, so no wake-up can be lost here.
+            self._note_idle()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, timeout))
@@ -272,6 +268,7 @@ class Dispatcher:
         if not task.cancelled() and task.exception() is not None:
             log.error("lane crashed", extra={"vnfInstanceId": lane}, exc_info=task.exception())
             self._timers[lane] = time.time() + self._settings.backoff_initial
+        self._note_idle()
         self._wake.set()
 
     async def _dead_local_owners(self) -> frozenset[str]:
@@ -295,7 +292,7 @@ class Dispatcher:
             return
         renew = asyncio.create_task(self._renew(lane), name=f"lease:{lane}")
         try:
-            while self._state is _State.RUNNING:
+            while self.state is State.RUNNING:
                 decision = await self._decide(lane)
                 if decision.stale is not None:
                     await self._store.events.set_status(

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
-import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -33,6 +31,7 @@ from subscriber.errors import (
     OpenStackUnavailable,
 )
 from subscriber.kernel.ports import PortAddresses
+from subscriber.lifecycle import Component
 from subscriber.redact import redact_text
 
 __all__ = ["OpenStackClient"]
@@ -86,13 +85,7 @@ def _openstack_errors(what: str) -> Iterator[None]:
         raise OpenStackRequestFailed(f"{what}: {type(exc).__name__}") from exc
 
 
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-class OpenStackClient:
+class OpenStackClient(Component):
     """Heat resource and Nova server lookups through openstacksdk.
 
     Usage::
@@ -114,27 +107,21 @@ class OpenStackClient:
     ) -> None:
         if not settings.enabled:
             raise ValueError("openstack.auth_url is not set")
+        super().__init__()
         self._settings = settings
         self._factory = connection_factory or _connect
         self._pool: ThreadPoolExecutor | None = None
         self._conn: Any = None
         self._conn_lock = asyncio.Lock()
-        self._state = _State.UNOPENED
 
-    async def start(self) -> None:
-        """Open the thread pool (the connection authenticates on first use)."""
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"OpenStackClient cannot start: it is {self._state.value}")
+    async def _start(self) -> None:
+        # Only the pool: the connection authenticates on first use.
         self._pool = ThreadPoolExecutor(
             self._settings.max_workers, thread_name_prefix="lccn-openstack"
         )
-        self._state = _State.OPEN
 
-    async def stop(self) -> None:
-        """Close the connection, then the pool (idempotent)."""
-        if self._state is _State.CLOSED:
-            return
-        self._state = _State.CLOSED
+    async def _stop(self) -> None:
+        # The connection first, then the pool it runs in.
         pool, conn = self._pool, self._conn
         self._pool = self._conn = None
         if pool is not None:
@@ -143,23 +130,12 @@ class OpenStackClient:
                     await asyncio.get_running_loop().run_in_executor(pool, conn.close)
             await asyncio.to_thread(pool.shutdown, wait=True)
 
-    async def __aenter__(self) -> OpenStackClient:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) is _State.OPEN:
-            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
-
     def __repr__(self) -> str:
         return f"<OpenStackClient {self._settings.auth_url} {self._state.value}>"
 
     async def _call(self, what: str, fn: Callable[[Any], T]) -> T:
-        if self._state is not _State.OPEN or self._pool is None:
-            raise RuntimeError(f"OpenStackClient is {self._state.value}")
+        self._ensure_running()
+        assert self._pool is not None
         loop = asyncio.get_running_loop()
         pool = self._pool
         async with self._conn_lock:

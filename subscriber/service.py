@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-from types import TracebackType
 from typing import Any
 
 from handlers import default_registry
@@ -17,6 +15,7 @@ from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.kafka import KafkaSource, build_kafka_source
 from subscriber.kernel import HandlerRegistry, Services
+from subscriber.lifecycle import Component
 from subscriber.metrics import Metrics, install_metrics_route
 from subscriber.openstack import OpenStackClient
 from subscriber.runner import Runner
@@ -29,15 +28,10 @@ __all__ = ["Service"]
 log = logging.getLogger(__name__)
 
 
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    RUNNING = "running"
-    STOPPED = "stopped"
-
-
-class Service:
-    """The whole service; start order store -> tacker client -> dispatcher -> ingress (HTTP,
-    Kafka) -> subscription keeper -> reconciler, stop in reverse.
+class Service(Component):
+    """The whole service; start order store -> owned clients -> dispatcher -> ingress (HTTP,
+    Kafka) -> subscription keeper -> reconciler, stop in reverse (the dispatcher drains
+    its lanes up to ``dispatch.graceful_timeout``).
 
     Arguments:
         settings: the effective configuration.
@@ -54,6 +48,7 @@ class Service:
         registry: HandlerRegistry | None = None,
         services: Services | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.store = Store(settings.database)
         # Its own registry per Service (never the global one); /metrics serves it.
@@ -121,13 +116,14 @@ class Service:
                 settings.tacker,
                 subscription_id=lambda: keeper.subscription_id if keeper else None,
             )
-        self._state = _State.UNOPENED
 
     def _observe_kafka(self, kafka: KafkaSource) -> None:
         """Kafka readiness in /readyz and its lag in ``lccn_consumer_lag``."""
 
         async def ready() -> CheckResult:
-            return CheckResult(kafka.ready, "" if kafka.ready else "consumer not ready")
+            # A failed source (its consumer task died) says why.
+            detail = "" if kafka.ready else kafka.failure or "consumer not ready"
+            return CheckResult(kafka.ready, detail)
 
         def lag() -> None:
             for (topic, partition), behind in kafka.lag().items():
@@ -140,55 +136,22 @@ class Service:
     def port(self) -> int | None:
         return self.ingress.port
 
-    async def start(self) -> None:
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"Service cannot start: it is {self._state.value}")
-        self._state = _State.RUNNING
-        try:
-            await self.store.start()
-            for client in self._owned:
-                await client.start()
-            if self.settings.dispatch.enabled:
-                await self.dispatcher.start()
-            await self.ingress.start()
-            if self.kafka is not None:
-                # Returns at once; connecting and joining the group go on in
-                # the background (a broker that is down only delays ingest).
-                await self.kafka.start()
-            # After ingress: Tacker tests the callback with a GET while subscribing.
-            if self.subscriptions is not None:
-                await self.subscriptions.start()
-            if self.reconciler is not None:
-                await self.reconciler.start()
-        except BaseException:
-            await self.stop()
-            raise
-
-    async def stop(self) -> None:
-        """Stop intake, drain lanes up to the grace period, then close the store."""
-        if self._state is _State.STOPPED:
-            return
-        self._state = _State.STOPPED
-        if self.reconciler is not None:
-            await self.reconciler.stop()
-        if self.subscriptions is not None:
-            await self.subscriptions.stop()
+    async def _start(self) -> None:
+        await self._start_child(self.store)
+        for client in self._owned:
+            await self._start_child(client)
+        if self.settings.dispatch.enabled:
+            await self._start_child(self.dispatcher)
+        await self._start_child(self.ingress)
         if self.kafka is not None:
-            await self.kafka.stop()
-        await self.ingress.stop()
-        await self.dispatcher.stop()
-        for client in reversed(self._owned):
-            await client.stop()  # idempotent, also when never started
-        await self.store.stop()
-
-    async def __aenter__(self) -> Service:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+            # Returns at once; connecting and joining the group go on in
+            # the background (a broker that is down only delays ingest).
+            await self._start_child(self.kafka)
+        # After ingress: Tacker tests the callback with a GET while subscribing.
+        if self.subscriptions is not None:
+            await self._start_child(self.subscriptions)
+        if self.reconciler is not None:
+            await self._start_child(self.reconciler)
 
     async def serve_forever(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (SIGTERM/SIGINT in the CLI)."""

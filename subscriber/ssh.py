@@ -41,7 +41,6 @@ import re
 import shlex
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +60,10 @@ from subscriber.errors import (
     SshError,
 )
 from subscriber.kernel.ports import CommandResult, SshTarget
+from subscriber.lifecycle import Component, State
 from subscriber.redact import mask_secrets
 
-__all__ = ["HostKeyPolicy", "KnownHosts", "PoolState", "SshPool"]
+__all__ = ["HostKeyPolicy", "KnownHosts", "SshPool"]
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +75,6 @@ class HostKeyPolicy(enum.Enum):
 
     STRICT = "strict"
     ACCEPT_NEW = "accept-new"
-
-
-class PoolState(enum.Enum):
-    UNOPENED = "unopened"
-    OPENED = "opened"
-    CLOSED = "closed"
 
 
 _E = TypeVar("_E", bound=SshError)
@@ -262,7 +256,7 @@ class _Host:
     conn: asyncssh.SSHClientConnection | None = None
 
 
-class SshPool:
+class SshPool(Component):
     """The asyncssh-backed :class:`SshExecutor`: one reused connection per target.
 
     Use as ``async with SshPool(settings.ssh) as pool:`` or call
@@ -275,36 +269,21 @@ class SshPool:
     """
 
     def __init__(self, settings: SshSettings, *, known_hosts: KnownHosts | None = None) -> None:
+        super().__init__()
         self._settings = settings
         self._policy = HostKeyPolicy(settings.host_key_policy)
         self._known_hosts = known_hosts or KnownHosts(settings.resolved_known_hosts())
         self._hosts: dict[tuple[str, int, str], _Host] = {}
-        self._state = PoolState.UNOPENED
         self.connects = 0
-
-    @property
-    def state(self) -> PoolState:
-        return self._state
 
     @property
     def known_hosts(self) -> KnownHosts:
         return self._known_hosts
 
-    async def start(self) -> None:
-        """Open the pool (connections open lazily).
+    # Nothing to open at start: connections open lazily.
 
-        Raises:
-            RuntimeError: started twice, or after :meth:`stop`.
-        """
-        if self._state is not PoolState.UNOPENED:
-            raise RuntimeError(f"SshPool cannot start: it is {self._state.value}")
-        self._state = PoolState.OPENED
-
-    async def stop(self) -> None:
-        """Close every connection; idempotent. Running commands fail as connection lost."""
-        if self._state is PoolState.CLOSED:
-            return
-        self._state = PoolState.CLOSED
+    async def _stop(self) -> None:
+        # Running commands fail as connection lost.
         conns = [h.conn for h in self._hosts.values() if h.conn is not None]
         for host in self._hosts.values():
             host.conn = None
@@ -313,17 +292,6 @@ class SshPool:
         for conn in reversed(conns):
             with contextlib.suppress(Exception):
                 await conn.wait_closed()
-
-    async def __aenter__(self) -> SshPool:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) is PoolState.OPENED:
-            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
 
     def __repr__(self) -> str:
         return f"<SshPool {self._state.value} hosts={len(self._hosts)}>"
@@ -334,8 +302,7 @@ class SshPool:
         return target.port or self._settings.port
 
     def _entry(self, target: SshTarget) -> _Host:
-        if self._state is not PoolState.OPENED:
-            raise RuntimeError(f"SshPool is {self._state.value}: start() it first")
+        self._ensure_running()
         key = (target.host, self._port(target), target.username)
         entry = self._hosts.get(key)
         if entry is None:
@@ -352,7 +319,7 @@ class SshPool:
                 return entry.conn
             entry.conn = None
             conn = await self._connect(target)
-            if self._state is not PoolState.OPENED:  # stopped while we connected
+            if self.state is not State.RUNNING:  # stopped while we connected
                 conn.close()
                 raise RuntimeError("SshPool was stopped")
             entry.conn = conn

@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import enum
 import logging
 import ssl
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
@@ -22,6 +20,7 @@ from schemas import NotificationParseError, parse_notification
 from subscriber.config import HttpSettings
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.ingest.problems import problem_middleware, problem_response
+from subscriber.lifecycle import Component
 from subscriber.store import EventStore, NewEvent
 
 __all__ = ["CallbackIngress", "make_app"]
@@ -102,14 +101,11 @@ def make_app(settings: HttpSettings, store: EventStore) -> web.Application:
     return app
 
 
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    OPEN = "open"
-    CLOSED = "closed"
+class CallbackIngress(Component):
+    """Serves the app on ``settings.host:settings.port`` (TLS when given ``ssl_context``).
 
-
-class CallbackIngress:
-    """Serves the app on ``settings.host:settings.port`` (TLS when given ``ssl_context``)."""
+    ``stop()`` stops accepting; in-flight requests finish.
+    """
 
     def __init__(
         self,
@@ -118,17 +114,14 @@ class CallbackIngress:
         *,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        super().__init__()
         self._settings = settings
         self._ssl = ssl_context
         self.app = app
         self._runner: web.AppRunner | None = None
-        self._state = _State.UNOPENED
         self.port: int | None = None
 
-    async def start(self) -> None:
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"CallbackIngress cannot start: it is {self._state.value}")
-        self._state = _State.OPEN
+    async def _start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(
@@ -151,20 +144,7 @@ class CallbackIngress:
             },
         )
 
-    async def stop(self) -> None:
-        """Stop accepting; in-flight requests finish (idempotent)."""
-        if self._state is not _State.OPEN:
-            self._state = _State.CLOSED
-            return
-        self._state = _State.CLOSED
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def __aenter__(self) -> CallbackIngress:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+    async def _stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()

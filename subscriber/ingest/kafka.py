@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import random
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -50,17 +47,23 @@ from subscriber.ingest.kafka_records import (
     record_meta,
 )
 from subscriber.ingest.offsets import OffsetTracker, Partition, Ticket
+from subscriber.lifecycle import Component, State
 from subscriber.store import AppendResult, NewEvent
 
 __all__ = [
     "EventSink",
     "KafkaSource",
     "KafkaSourceStatus",
-    "SourceState",
     "build_kafka_source",
 ]
 
 log = logging.getLogger(__name__)
+
+# The owned tasks: the main one (connect, poll, and at stop drain and commit),
+# and the two helpers it runs while connected.
+_MAIN = "kafka-source"
+_COMMIT = "kafka-source-commit"
+_HEALTH = "kafka-source-health"
 
 # How long one getmany() waits for records; also how quickly the loop notices
 # that it may resume paused partitions or must stop.
@@ -88,18 +91,11 @@ class EventSink(Protocol):
     ) -> AppendResult: ...
 
 
-class SourceState(enum.Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-
-
 @dataclass(frozen=True, slots=True)
 class KafkaSourceStatus:
     """A snapshot for readiness probes, ``kafka status`` and metrics."""
 
-    state: SourceState
+    state: State
     ready: bool
     broker_ok: bool
     store_ok: bool
@@ -127,7 +123,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._source._on_assigned([Partition(tp.topic, tp.partition) for tp in assigned])
 
 
-class KafkaSource:
+class KafkaSource(Component):
     """Consumes notification records into the event store.
 
     Usage::
@@ -151,16 +147,14 @@ class KafkaSource:
     ) -> None:
         if not settings.enabled:
             raise ValueError("KafkaSource needs kafka.bootstrap_servers")
+        super().__init__()
         self._settings = settings
         self._sink = sink
         self._factory = consumer_factory or AIOKafkaConsumer
-        self._state = SourceState.CREATED
         self._consumer: Any = None
         self._tracker = OffsetTracker()
         self._commit_lock = asyncio.Lock()
         self._progress = asyncio.Event()
-        self._main: asyncio.Task[None] | None = None
-        self._helpers: list[asyncio.Task[None]] = []
         self._batches: set[asyncio.Task[None]] = set()
         self._in_flight = 0
         self._paused = False
@@ -185,11 +179,13 @@ class KafkaSource:
         Raises:
             RuntimeError: the source was started before.
         """
-        if self._state is not SourceState.CREATED:
-            raise RuntimeError(f"KafkaSource cannot start: it is {self._state.value}")
-        self._state = SourceState.RUNNING
-        self._main = asyncio.create_task(self._run(), name="kafka-source")
-        self._main.add_done_callback(self._main_done)
+        await super().start()
+
+    async def _start(self) -> None:
+        # _run() handles every error it expects; should it die anyway (a bug),
+        # the source fails loudly: readiness says no, so the process
+        # supervisor can restart us.
+        self._spawn(_MAIN, self._run, restart=False)
 
     async def stop(self) -> None:
         """Stop polling, let in-flight appends finish, commit them, leave the group.
@@ -197,61 +193,25 @@ class KafkaSource:
         In-flight appends get ``graceful_timeout`` seconds; records still not
         stored then are not committed and will be redelivered. Idempotent.
         """
-        if self._state in (SourceState.STOPPING, SourceState.STOPPED):
-            return
-        if self._state is SourceState.CREATED:
-            self._state = SourceState.STOPPED
-            return
-        self._state = SourceState.STOPPING
-        main, self._main = self._main, None
-        try:
-            if main is not None:
-                main.cancel()
-                await asyncio.gather(main, return_exceptions=True)
-        finally:
-            self._state = SourceState.STOPPED
+        await super().stop()
 
-    async def __aenter__(self) -> KafkaSource:
-        await self.start()
-        return self
+    async def _stop(self) -> None:
+        # The main task's ``finally`` runs that sequence, helpers stopped
+        # after the final commit.
+        await self._cancel_task(_MAIN)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    def __del__(self, _warn: Any = warnings.warn) -> None:
-        if self._state is SourceState.RUNNING:
-            _warn(f"Unstopped KafkaSource {self!r}", ResourceWarning, source=self, stacklevel=1)
-
-    def _main_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            # _run() handles every error it expects; this is a bug. Readiness
-            # now says no, so the process supervisor can restart us.
-            self._last_error = f"consumer task died: {type(exc).__name__}: {exc}"
-            self._broker_ok = False
-            log.error("kafka source task died", exc_info=exc)
+    def _on_task_error(self, name: str, exc: BaseException) -> None:
+        self._last_error = f"consumer task died: {type(exc).__name__}: {exc}"
+        self._broker_ok = False
 
     # -- status --------------------------------------------------------------
 
     @property
-    def state(self) -> SourceState:
-        return self._state
-
-    @property
     def ready(self) -> bool:
         """Running, the broker answers, and the store takes appends."""
-        main = self._main
         return (
-            self._state is SourceState.RUNNING
-            and main is not None
-            and not main.done()
+            self.state is State.RUNNING
+            and self._task(_MAIN) is not None
             and self._broker_ok
             and self._store_ok
         )
@@ -298,7 +258,7 @@ class KafkaSource:
             except Exception:
                 assignment = ()
         return KafkaSourceStatus(
-            state=self._state,
+            state=self.state,
             ready=self.ready,
             broker_ok=self._broker_ok,
             store_ok=self._store_ok,
@@ -353,10 +313,8 @@ class KafkaSource:
             ",".join(self._settings.bootstrap_servers),
             self._settings.group_id,
         )
-        self._helpers = [
-            asyncio.create_task(self._commit_loop(), name="kafka-source-commit"),
-            asyncio.create_task(self._health_loop(), name="kafka-source-health"),
-        ]
+        self._spawn(_COMMIT, self._commit_loop, restart=True)
+        self._spawn(_HEALTH, self._health_loop, restart=True)
         try:
             await self._poll_loop(consumer)
         finally:
@@ -364,10 +322,8 @@ class KafkaSource:
             # in-flight appends, final commit, helpers, then the consumer.
             await self._drain(self._settings.graceful_timeout)
             await self._commit(within=self._settings.request_timeout)
-            for task in self._helpers:
-                task.cancel()
-            await asyncio.gather(*self._helpers, return_exceptions=True)
-            self._helpers = []
+            await self._cancel_task(_COMMIT)
+            await self._cancel_task(_HEALTH)
             await _stop_quietly(consumer, self._settings.request_timeout)
             self._broker_ok = False
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import enum
-from types import TracebackType
-
 from subscriber.config import DatabaseSettings
+from subscriber.lifecycle import Component
 from subscriber.store.database import Database
 from subscriber.store.events import AppendedEvent, EventStore
 from subscriber.store.inventory import InventoryStore
@@ -38,13 +36,7 @@ __all__ = [
 ]
 
 
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-class Store:
+class Store(Component):
     """Owns the engines and the per-table stores.
 
     Usage::
@@ -54,9 +46,9 @@ class Store:
     """
 
     def __init__(self, settings: DatabaseSettings, *, migrate: bool = True) -> None:
+        super().__init__()
         self._settings = settings
         self._migrate = migrate
-        self._state = _State.UNOPENED
         self.db = Database(settings)
         self.url = self.db.url
         self.is_sqlite = self.db.is_sqlite
@@ -71,36 +63,19 @@ class Store:
         self.inventory = InventoryStore(self.db, writer=self.writer)
         self.tacker = TackerStateStore(self.db, writer=self.writer)
 
-    async def start(self) -> None:
-        """Migrate (when asked) and start the event writer."""
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"Store cannot start: it is {self._state.value}")
-        self._state = _State.OPEN
+    async def _start(self) -> None:
+        # Migrate (when asked), then the writers.
         if self._migrate:
             await upgrade(self.db)
-        self.writer.start()
-        self.events.start()
+        await self.writer.start()
+        await self.events.start()
 
-    async def stop(self) -> None:
-        """Flush pending appends and close the engines (idempotent)."""
-        if self._state is _State.CLOSED:
-            return
-        self._state = _State.CLOSED
+    async def _stop(self) -> None:
+        # Flush pending appends, then close the engines (the writers are not
+        # children: the engines must close after them).
         await self.events.stop()
         await self.writer.stop()
         await self.db.dispose()
-
-    async def __aenter__(self) -> Store:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     async def schema_is_current(self) -> bool:
         return await current_revision(self.db) == head_revision()

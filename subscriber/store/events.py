@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import functools
 import json
 import logging
@@ -19,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from schemas import VnfLcmOperationOccurrenceNotification
 from subscriber.errors import StoreError, StoreUnavailable
+from subscriber.lifecycle import Component, State
 from subscriber.redact import redact, redact_text
 from subscriber.store import statements as st
 from subscriber.store.attempts import Seen, attempt_of, notified_at
@@ -115,6 +115,7 @@ class _Pending:
 _SQLITE_ROW = f"({', '.join('?' * (len(APPEND_COLUMNS) + 1))})"
 # Rows per multi-row INSERT: 20 parameters each, well inside SQLite's 32766.
 _ROWS_PER_INSERT = 500
+_TASK = "event-batcher"
 
 
 @functools.lru_cache(maxsize=64)
@@ -212,12 +213,14 @@ def _insert_new_sqlite(
     return {r["dedup_key"]: i for i, r in zip(ids, new, strict=True)}, existing
 
 
-class EventStore:
+class EventStore(Component):
     """Appends events with group commit and answers the dispatcher's queries.
 
     Concurrent :meth:`append` calls are written by one writer task in shared
     transactions: whoever arrives while a commit is in flight joins the next
     one. Each caller still returns only after its own row is committed.
+    ``stop()`` writes what is queued first. Should the writer task crash, the
+    appends queued then fail and the task is restarted.
     """
 
     def __init__(
@@ -227,46 +230,38 @@ class EventStore:
         writer: WriteQueue,
         group_commit_max: int = 256,
     ) -> None:
+        super().__init__()
         self._db = db
         self._writer = writer
         self._max = group_commit_max
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[Sequence[AppendedEvent]], None]] = []
         self._observers: list[Callable[[Sequence[AppendObservation]], None]] = []
-        self._closed = False
         self._insert = (
             postgresql.insert(events) if db.dialect_name == "postgresql" else sqlite.insert(events)
         )
 
     # -- lifecycle -----------------------------------------------------------
 
-    def start(self) -> None:
-        if self._task is not None:
-            raise RuntimeError("EventStore already started")
-        self._task = asyncio.create_task(self._write_loop(), name="event-batcher")
-        self._task.add_done_callback(self._task_done)
+    async def _start(self) -> None:
+        self._spawn(_TASK, self._write_loop, restart=True)
 
-    async def stop(self) -> None:
-        """Write what is queued, then stop the writer (idempotent)."""
-        self._closed = True
-        task, self._task = self._task, None
-        if task is None:
-            return
-        await self._queue.put(_Pending([], asyncio.get_running_loop().create_future()))
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async def _stop(self) -> None:
+        # An empty item tells the loop to return once what is queued before it is written.
+        if self._task(_TASK) is not None:
+            await self._queue.put(_Pending([], asyncio.get_running_loop().create_future()))
+            await self._join_task(_TASK)
+        self._fail_queued(StoreError("event writer stopped"))
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
+    def _on_task_error(self, name: str, exc: BaseException) -> None:
         # If the writer dies, nobody may wait forever for a commit.
-        exc = None if task.cancelled() else task.exception()
-        err = StoreError(f"event writer stopped: {exc or 'cancelled'}")
+        self._fail_queued(StoreError(f"event writer stopped: {exc}"))
+
+    def _fail_queued(self, err: StoreError) -> None:
         while not self._queue.empty():
             item = self._queue.get_nowait()
             if not item.future.done():
                 item.future.set_exception(err)
-        if exc is not None:
-            log.error("event writer died", exc_info=exc)
 
     def add_listener(self, listener: Callable[[Sequence[AppendedEvent]], None]) -> None:
         """Call ``listener`` (synchronously, on the loop) with every committed batch."""
@@ -303,7 +298,7 @@ class EventStore:
         return await self._enqueue([_row_values(new, now) for new in news])
 
     async def _enqueue(self, rows: builtins.list[dict[str, Any]]) -> builtins.list[AppendResult]:
-        if self._closed or self._task is None:
+        if self.state is not State.RUNNING:
             raise StoreError("event store is not running")
         future: asyncio.Future[builtins.list[AppendResult]] = (
             asyncio.get_running_loop().create_future()

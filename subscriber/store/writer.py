@@ -14,7 +14,6 @@ one bad operation fails only its own caller.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import logging
@@ -25,6 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from subscriber.errors import StoreError, StoreUnavailable
+from subscriber.lifecycle import Component, State
 from subscriber.store.database import Database
 
 __all__ = ["INGEST", "JOBS", "WriteOp", "WriteQueue"]
@@ -36,47 +36,43 @@ WriteOp = Callable[[Connection], Any]
 
 INGEST = 0
 JOBS = 1
+_TASK = "store-writer"
 
 
-class WriteQueue:
-    """Serialises and batches writes; each caller returns after its own commit."""
+class WriteQueue(Component):
+    """Serialises and batches writes; each caller returns after its own commit.
+
+    ``stop()`` writes everything queued first. Should the writer task crash,
+    the operations queued then fail and the task is restarted.
+    """
 
     def __init__(self, db: Database, *, max_batch: int = 256) -> None:
+        super().__init__()
         self._db = db
         self._max = max_batch
         self._heap: list[tuple[int, int, WriteOp, asyncio.Future[Any]]] = []
         self._seq = itertools.count()
         self._ready = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
         self.batches = 0
         self.ops = 0
 
-    def start(self) -> None:
-        if self._task is not None:
-            raise RuntimeError("WriteQueue already started")
-        self._task = asyncio.create_task(self._loop(), name="store-writer")
-        self._task.add_done_callback(self._done)
+    async def _start(self) -> None:
+        self._spawn(_TASK, self._loop, restart=True)
 
-    async def stop(self) -> None:
-        """Write everything queued, then stop (idempotent)."""
-        self._closing = True
-        task, self._task = self._task, None
-        if task is None:
-            return
+    async def _stop(self) -> None:
+        # The loop returns once the queue is empty; then nobody may wait.
         self._ready.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await self._join_task(_TASK)
+        self._fail_queued(StoreError("store writer stopped"))
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        exc = None if task.cancelled() else task.exception()
-        err = StoreError(f"store writer stopped: {exc or 'cancelled'}")
+    def _on_task_error(self, name: str, exc: BaseException) -> None:
+        self._fail_queued(StoreError(f"store writer stopped: {exc}"))
+
+    def _fail_queued(self, err: StoreError) -> None:
         while self._heap:
             *_, future = heapq.heappop(self._heap)
             if not future.done():
                 future.set_exception(err)
-        if exc is not None:
-            log.error("store writer died", exc_info=exc)
 
     async def run(self, op: Callable[[Connection], T], *, priority: int = JOBS) -> T:
         """Run ``op(conn)`` (a plain function) in the next committed batch; return its result.
@@ -85,7 +81,7 @@ class WriteQueue:
             StoreUnavailable: the batch could not be committed (retriable).
             StoreError: the writer is stopped, or ``op`` itself failed.
         """
-        if self._task is None or self._closing:
+        if self.state is not State.RUNNING:
             raise StoreError("store writer is not running")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._heap, (priority, next(self._seq), op, future))
@@ -95,7 +91,7 @@ class WriteQueue:
     async def _loop(self) -> None:
         while True:
             if not self._heap:
-                if self._closing:
+                if self.state is State.STOPPING:
                     return
                 self._ready.clear()
                 await self._ready.wait()

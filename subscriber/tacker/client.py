@@ -17,7 +17,6 @@ reconciler make. Every request goes through :meth:`TackerClient.request`:
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 import random
@@ -26,7 +25,6 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Protocol
 
 import aiohttp
@@ -34,6 +32,7 @@ import aiohttp
 from subscriber.config import TackerSettings
 from subscriber.errors import TackerOpFailed, TackerRejected, TackerUnavailable
 from subscriber.kernel.ports import ApiVersion, KubernetesAccess
+from subscriber.lifecycle import Component
 from subscriber.tacker.auth import TackerAuth, build_auth
 from subscriber.tacker.errors import error_for_status, translate_errors
 
@@ -72,12 +71,6 @@ class Response:
         return json.loads(self.body) if self.body else None
 
 
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    OPEN = "open"
-    CLOSED = "closed"
-
-
 def _entry_id(vnf_instance_id: str, key: str) -> str:
     """A stable id for our entry, so a repeated write-back updates instead of adding."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lccn-subscriber:{vnf_instance_id}:{key}"))
@@ -101,7 +94,7 @@ def vim_connection_entry(
     return [{"id": _entry_id(vnf_instance_id, key), **entry, "vimType": "kubernetes"}]
 
 
-class TackerClient:
+class TackerClient(Component):
     """Talks to one Tacker.
 
     Arguments:
@@ -123,26 +116,19 @@ class TackerClient:
         echo: EchoRecorder | None = None,
         auth: TackerAuth | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self._echo = echo
         self._auth_override = auth
         self._auth: TackerAuth | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._state = _State.UNOPENED
         # Retried answers by status (0: no answer), for tests and diagnostics.
         self.retried: Counter[int] = Counter()
 
     # -- lifecycle -------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Open the HTTP session (no request is made: Tacker may come up later).
-
-        Raises:
-            RuntimeError: started twice, or after stop.
-        """
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"TackerClient cannot start: it is {self._state.value}")
-        self._state = _State.OPEN
+    async def _start(self) -> None:
+        # Only the session: no request is made (Tacker may come up later).
         self._auth = self._auth_override or build_auth(self.settings)
         ssl: Any = None if self.settings.verify_tls else False
         self._session = aiohttp.ClientSession(
@@ -150,25 +136,13 @@ class TackerClient:
             connector=aiohttp.TCPConnector(ssl=ssl, limit=32),
         )
 
-    async def stop(self) -> None:
-        """Close the session and the auth's threads (idempotent)."""
-        if self._state is _State.CLOSED:
-            return
-        self._state = _State.CLOSED
+    async def _stop(self) -> None:
+        # The session, then the auth's threads.
         session, self._session = self._session, None
         if session is not None:
             await session.close()
         if self._auth is not None:
             self._auth.close()
-
-    async def __aenter__(self) -> TackerClient:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     # -- the one request path ----------------------------------------------------
 
@@ -202,8 +176,8 @@ class TackerClient:
             TackerUnavailable: (transient) still 409/5xx/unreachable after the retries.
             TackerRejected: (permanent) any other status, or auth refused.
         """
-        if self._state is not _State.OPEN or self._session is None or self._auth is None:
-            raise RuntimeError(f"TackerClient is {self._state.value}")
+        self._ensure_running()
+        assert self._session is not None and self._auth is not None
         what = f"Tacker {method} {path}"
         data = None if body is None else json.dumps(body).encode()
         reauthed = False

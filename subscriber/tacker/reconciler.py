@@ -27,9 +27,7 @@ service ever ran is not replayed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
-import enum
 import logging
 import uuid
 from typing import Any
@@ -37,6 +35,7 @@ from typing import Any
 from schemas import NotificationParseError, parse_notification_data
 from subscriber.config import TackerSettings
 from subscriber.errors import LccnError, TackerRejected
+from subscriber.lifecycle import Component
 from subscriber.store import EventStatus, NewEvent, Store
 from subscriber.tacker.client import TackerClient
 
@@ -122,14 +121,11 @@ def synthesise(
     return body
 
 
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    RUNNING = "running"
-    STOPPED = "stopped"
-
-
-class Reconciler:
+class Reconciler(Component):
     """Polls Tacker's op-occs and appends the transitions we never received.
+
+    Its loop survives failed passes (logged, retried next interval); should the
+    loop itself crash, it is restarted.
 
     Arguments:
         store: the event store and the watermark.
@@ -146,39 +142,19 @@ class Reconciler:
         *,
         subscription_id: Any = None,
     ) -> None:
+        super().__init__()
         self._store = store
         self._client = client
         self._settings = settings
         self._subscription_id = subscription_id
-        self._task: asyncio.Task[None] | None = None
-        self._state = _State.UNOPENED
         self._server_filter = True
         self.runs = 0
         self.appended = 0
 
-    async def start(self) -> None:
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"Reconciler cannot start: it is {self._state.value}")
-        self._state = _State.RUNNING
+    async def _start(self) -> None:
         if await self._store.tacker.get_value(WATERMARK_KEY) is None:
             await self._store.tacker.set_value(WATERMARK_KEY, _format_time(dt.datetime.now(dt.UTC)))
-        self._task = asyncio.create_task(self._loop(), name="tacker-reconciler")
-        self._task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("reconciler died", exc_info=task.exception())
-
-    async def stop(self) -> None:
-        """Stop polling (idempotent)."""
-        if self._state is _State.STOPPED:
-            return
-        self._state = _State.STOPPED
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._spawn("tacker-reconciler", self._loop, restart=True)
 
     async def _loop(self) -> None:
         while True:

@@ -9,8 +9,6 @@ answers that independently of any running job.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
 import logging
 import random
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from subscriber.config import Settings
 from subscriber.errors import LccnError
 from subscriber.health import CheckResult
 from subscriber.ingest.auth import subscription_authentication
+from subscriber.lifecycle import Component
 from subscriber.tacker.client import TackerClient
 
 __all__ = [
@@ -102,54 +101,31 @@ async def ensure_subscription(client: TackerClient, settings: Settings) -> Ensur
     return EnsureResult(created, True)
 
 
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    RUNNING = "running"
-    STOPPED = "stopped"
-
-
-class SubscriptionKeeper:
+class SubscriptionKeeper(Component):
     """``tacker.subscribe_on_start``: ensures the subscription in the background, then
     watches that it stays present (readiness check "subscription").
 
     Tacker may be down when we start; the keeper retries with backoff instead
-    of failing the service, and readiness says why it is not ready.
+    of failing the service, and readiness says why it is not ready. A crash of
+    its loop (a bug) shows in readiness too, and the loop is restarted.
     """
 
     def __init__(
         self, client: TackerClient, settings: Settings, *, check_interval: float = 30.0
     ) -> None:
+        super().__init__()
         self._client = client
         self._settings = settings
         self._interval = check_interval
-        self._task: asyncio.Task[None] | None = None
-        self._state = _State.UNOPENED
         self.subscription_id: str | None = None
         self.last_error: str = "not subscribed yet"
         self.subscribed = asyncio.Event()
 
-    async def start(self) -> None:
-        if self._state is not _State.UNOPENED:
-            raise RuntimeError(f"SubscriptionKeeper cannot start: it is {self._state.value}")
-        self._state = _State.RUNNING
-        self._task = asyncio.create_task(self._loop(), name="tacker-subscription")
-        self._task.add_done_callback(self._done)
+    async def _start(self) -> None:
+        self._spawn("tacker-subscription", self._loop, restart=True)
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self.last_error = f"subscription keeper died: {task.exception()!r}"
-            log.error("subscription keeper died", exc_info=task.exception())
-
-    async def stop(self) -> None:
-        """Stop watching (idempotent); the subscription itself stays."""
-        if self._state is _State.STOPPED:
-            return
-        self._state = _State.STOPPED
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def _on_task_error(self, name: str, exc: BaseException) -> None:
+        self.last_error = f"subscription keeper died: {exc!r}"
 
     async def _loop(self) -> None:
         delay = 1.0

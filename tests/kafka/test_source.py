@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from subscriber.ingest.kafka import KafkaSource, SourceState
+from subscriber.ingest.kafka import KafkaSource
+from subscriber.lifecycle import State
 from subscriber.store import AppendResult, NewEvent, Store
 from tests.kafka.helpers import (
     create_topic,
@@ -58,7 +59,7 @@ async def test_thousand_notifications_one_event_each(broker: Any, store: Store) 
         await wait_until(
             lambda: sum(source.lag().values()) == 0 and len(source.lag()) == 3, 10, what="no lag"
         )
-    assert source.state is SourceState.STOPPED
+    assert source.state is State.STOPPED
 
     events = await store.events.list()
     assert len(events) == 1000

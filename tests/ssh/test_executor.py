@@ -24,7 +24,8 @@ from subscriber.errors import (
     TransientStepError,
 )
 from subscriber.kernel.ports import SshExecutor, SshTarget
-from subscriber.ssh import PoolState, SshPool
+from subscriber.lifecycle import State
+from subscriber.ssh import SshPool
 
 from .conftest import root_target
 
@@ -245,7 +246,7 @@ async def test_connection_reuse_and_reconnect(bed: Any, pool: SshPool) -> None:
 
 async def test_pool_lifecycle(ssh_settings: SshSettings, bed: Any) -> None:
     pool = SshPool(ssh_settings)
-    assert pool.state is PoolState.UNOPENED
+    assert pool.state is State.UNOPENED
     with pytest.raises(RuntimeError):
         await pool.run(root_target(bed), "true")
     await pool.start()
@@ -254,6 +255,6 @@ async def test_pool_lifecycle(ssh_settings: SshSettings, bed: Any) -> None:
     await pool.run(root_target(bed), "true")
     await pool.stop()
     await pool.stop()  # idempotent
-    assert pool.state is PoolState.CLOSED
+    assert pool.state is State.STOPPED
     with pytest.raises(RuntimeError):
         await pool.run(root_target(bed), "true")

@@ -132,7 +132,7 @@ async def test_lifecycle_without_network() -> None:
     async with pool:
         with pytest.raises(RuntimeError, match="cannot start"):
             await pool.start()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(RuntimeError, match="stopped"):
         await pool.upload(SshTarget(host="h"), b"", "/tmp/x")
 
 
