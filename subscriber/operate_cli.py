@@ -25,7 +25,8 @@ def _when(ts: float | None) -> str:
 
 def _filter(args: argparse.Namespace) -> Any:
     from subscriber.cli import CliError
-    from subscriber.failed import FailedFilter, parse_time
+    from subscriber.failed import parse_time
+    from subscriber.store import FailedFilter
 
     try:
         since = parse_time(args.since) if args.since else None
@@ -56,13 +57,12 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
 
 def _cmd_failed_list(args: argparse.Namespace) -> int:
     from subscriber.cli import _settings, _table, _with_store
-    from subscriber.failed import select_failed
 
     settings = _settings(args)
     flt = _filter(args)
 
     async def fetch(store: Any) -> list[dict[str, Any]]:
-        rows = await store.db.read(lambda conn: select_failed(conn, flt, args.limit))
+        rows = await store.failed.select(flt, limit=args.limit)
         return [r.as_json() for r in rows]
 
     rows = asyncio.run(_with_store(settings, fetch))

@@ -9,11 +9,14 @@ from subscriber.tacker.errors import (
     TackerRejected,
     TackerUnavailable,
 )
+from subscriber.tacker.ports import EchoLedger, EchoRecorder
 from subscriber.tacker.reconciler import Reconciler
 from subscriber.tacker.subscriptions import SubscriptionKeeper, ensure_subscription
 
 __all__ = [
     "EchoFilter",
+    "EchoLedger",
+    "EchoRecorder",
     "Reconciler",
     "SubscriptionKeeper",
     "TackerAuthError",

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 
@@ -41,9 +41,9 @@ from subscriber.tacker.errors import (
     error_for_status,
     translate_errors,
 )
+from subscriber.tacker.ports import EchoRecorder
 
 __all__ = [
-    "EchoRecorder",
     "Response",
     "TackerClient",
     "vim_connection_entry",
@@ -55,16 +55,6 @@ API_VERSIONS = {"v1": "1.3.0", "v2": "2.0.0"}
 MERGE_PATCH = "application/merge-patch+json"
 KUBERNETES_V2 = "ETSINFV.KUBERNETES.V_1"
 _FAILED_STATES = {"FAILED_TEMP", "FAILED", "ROLLED_BACK"}
-
-
-class EchoRecorder(Protocol):
-    """Where the client records the write-backs it makes (the store's ``tacker`` part)."""
-
-    async def expect_echo(self, vnf_instance_id: str) -> int: ...
-
-    async def confirm_echo(self, intent_id: int, op_occ_id: str) -> None: ...
-
-    async def drop_echo(self, intent_id: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +102,8 @@ class TackerClient:
     Arguments:
         settings: the ``tacker`` section.
         echo: where write-backs are recorded before their PATCH (the echo
-            filter reads it); ``None`` in tools that never write back.
+            filter reads it; the service gives the store's ``tacker`` part);
+            ``None`` in tools that never write back.
         auth: override the auth built from ``settings`` (tests).
 
     Usage::
