@@ -16,8 +16,9 @@ persisted backoff, the rest fail the job (its event stays for replay).
     ├── StepError                    a step of a job failed
     │   ├── TransientStepError       (retriable) SSH connect/timeout, 5xx, 409, broker down
     │   └── PermanentStepError       bad parameters, auth refused, script failed
-    └── StepInterrupted              a non-idempotent step was cut off mid-run;
-                                     its effect is unknown, so it is not re-run
+    ├── StepInterrupted              a non-idempotent step was cut off mid-run;
+    │                                its effect is unknown, so it is not re-run
+    └── CliError                     a command cannot go on: one line on stderr, exit 2
 
 Step outcomes that are not failures are separate exceptions in
 :mod:`handlers.base` (``SkipStep``).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 __all__ = [
     "BrokerUnavailable",
+    "CliError",
     "ConfigError",
     "IngestError",
     "LccnError",
@@ -116,3 +118,9 @@ class PermanentStepError(StepError):
 
 class StepInterrupted(StepError):
     error_class = "interrupted"
+
+
+class CliError(LccnError):
+    """A one-line error for the operator (the CLI prints it and exits 2)."""
+
+    error_class = "cli"
