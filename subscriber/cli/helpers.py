@@ -11,7 +11,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from pydantic import ValidationError
 
@@ -29,6 +29,7 @@ __all__ = [
     "EXIT_OK",
     "PROG",
     "CliError",
+    "CommandGroup",
     "Parents",
     "Subparsers",
     "event_detail",
@@ -71,6 +72,19 @@ class Parents:
     def store(self) -> list[argparse.ArgumentParser]:
         """``--config`` and ``--database``: for commands that open the store."""
         return [self.config, self.database]
+
+
+class CommandGroup(Protocol):
+    """A module of commands: :mod:`subscriber.cli.root` lists it in ``GROUPS``."""
+
+    def add_parsers(self, subparsers: Subparsers, parents: Parents) -> None:
+        """Add the group's commands; each sets ``func`` (parsed args -> exit code).
+
+        Arguments:
+            subparsers: the root parser's subcommands.
+            parents: the shared option parsers to list in ``parents=``.
+        """
+        ...
 
 
 def parent_parsers() -> Parents:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from types import ModuleType
 
 from subscriber.cli import config, db, events, kafka, operate, serve, subscribe
 from subscriber.cli.helpers import (
@@ -21,6 +20,7 @@ from subscriber.cli.helpers import (
     EXIT_INTERRUPTED,
     PROG,
     CliError,
+    CommandGroup,
     parent_parsers,
 )
 
@@ -28,7 +28,7 @@ __all__ = ["GROUPS", "build_parser", "main"]
 
 # serve; events list/show; db upgrade; config show; failed list/show, replay,
 # audit list; kafka status/publish; subscribe, subscriptions list/delete.
-GROUPS: tuple[ModuleType, ...] = (serve, events, db, config, operate, kafka, subscribe)
+GROUPS: tuple[CommandGroup, ...] = (serve, events, db, config, operate, kafka, subscribe)
 
 
 def build_parser() -> argparse.ArgumentParser:
