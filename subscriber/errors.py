@@ -42,8 +42,9 @@ boundary each, chaining the original with ``from exc``.
     │           └── TackerOpFailed      our MODIFY_INFO op-occ ended FAILED_TEMP/FAILED
     ├── StepInterrupted                 a non-idempotent step was cut off mid-run;
     │                                   its effect is unknown, so it is not re-run
-    └── StepOutcome                     not failures: how a step ends other than by returning
-        └── SkipStep                    the step's work is already done ("node already joined")
+    ├── StepOutcome                     not failures: how a step ends other than by returning
+    │   └── SkipStep                    the step's work is already done ("node already joined")
+    └── CliError                        a command cannot go on: one line on stderr, exit 2
 
 ``SshError`` is a mixin of the SSH errors (``host`` says ``user@host:port``) and
 ``OpenStackError`` of OpenStack's, so ``except SshError`` catches every SSH
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AuthenticationFailed",
     "BrokerUnavailable",
+    "CliError",
     "ClusterParamsError",
     "CommandFailed",
     "CommandTimeout",
@@ -350,3 +352,12 @@ class TackerAuthError(TackerRejected):
 
 class TackerOpFailed(TackerRejected):
     error_class = "tacker-op-failed"
+
+
+# ---------------------------------------------------------------------- CLI
+
+
+class CliError(LccnError):
+    """A one-line error for the operator (the CLI prints it and exits 2)."""
+
+    error_class = "cli"

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
 from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -33,10 +32,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from sqlalchemy.engine import Connection
 
+from subscriber.store import EventStatus, Store
 from subscriber.store.events import AppendObservation
-from subscriber.store.tables import EventStatus, events
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics", "install_metrics_route"]
 
@@ -172,36 +170,20 @@ class Metrics:
             except Exception:
                 logging.getLogger(__name__).warning("metrics: scrape hook failed", exc_info=True)
 
-    async def refresh_from_store(self, store: Any) -> None:
+    async def refresh_from_store(self, store: Store) -> None:
         """Read the store-backed gauges, at most once per ``store_ttl``."""
         async with self._store_lock:
             if time.monotonic() - self._store_read_at < self._store_ttl:
                 return
 
-            def read(conn: Connection) -> tuple[dict[str, int], int, int, float | None]:
-                by_status = {
-                    r[0]: int(r[1])
-                    for r in conn.execute(
-                        sa.select(events.c.status, sa.func.count()).group_by(events.c.status)
-                    ).all()
-                }
-                longest = conn.execute(
-                    sa.select(sa.func.count())
-                    .where(events.c.status.in_(EventStatus.OPEN))
-                    .group_by(events.c.vnf_instance_id)
-                    .order_by(sa.func.count().desc())
-                    .limit(1)
-                ).scalar()
-                newest = conn.execute(sa.select(sa.func.max(events.c.received_at))).scalar()
-                return by_status, int(longest or 0), by_status.get(EventStatus.FAILED, 0), newest
-
-            by_status, longest, failed, newest = await store.db.read(read)
+            stats = await store.events.queue_stats()
             for status in EventStatus.OPEN:
-                self.queue_depth.labels(status).set(by_status.get(status, 0))
-            self.lane_queue_depth_max.set(longest)
-            self.failed_events.set(failed)
+                self.queue_depth.labels(status).set(stats.by_status.get(status, 0))
+            self.lane_queue_depth_max.set(stats.longest_lane)
+            self.failed_events.set(stats.by_status.get(EventStatus.FAILED, 0))
+            newest = stats.newest_received_at
             self.seconds_since_last_notification.set(
-                -1 if newest is None else max(0.0, time.time() - float(newest))
+                -1 if newest is None else max(0.0, time.time() - newest)
             )
             self._store_read_at = time.monotonic()
 
@@ -211,7 +193,7 @@ class Metrics:
         return data
 
 
-def install_metrics_route(app: web.Application, metrics: Metrics, store: Any) -> None:
+def install_metrics_route(app: web.Application, metrics: Metrics, store: Store) -> None:
     """``GET /metrics`` on ``app``: the store-backed gauges refreshed, then the exposition."""
 
     async def handler(request: web.Request) -> web.Response:

@@ -28,16 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from schemas import NotificationParseError, parse_notification
-from subscriber.failed import FailedFilter, select_failed
 from subscriber.kernel import HandlerRegistry
 from subscriber.redact import redact_text
-from subscriber.store import EventRow, ReplayMode, StepStatus, Store
+from subscriber.store import EventRow, FailedFilter, ReplayMode, StepStatus, Store
 from subscriber.store.replays import REPLAYABLE
-from subscriber.store.tables import events, jobs, steps
 
 __all__ = [
     "Progress",
@@ -86,13 +81,9 @@ async def select_events(
     """
     if ids:
         wanted = sorted(set(ids))
-        q = sa.select(events).where(events.c.id.in_(wanted)).order_by(events.c.id)
     else:
-        found = await store.db.read(lambda conn: select_failed(conn, flt, limit))
-        wanted = [f.event_id for f in found]
-        q = sa.select(events).where(events.c.id.in_(wanted)).order_by(events.c.id)
-    rows = await store.db.read(lambda conn: conn.execute(q).mappings().all())
-    got = [EventRow.from_mapping(r) for r in rows]
+        wanted = [f.event_id for f in await store.failed.select(flt, limit=limit)]
+    got = await store.events.get_many(wanted)
     missing = sorted(set(wanted) - {e.id for e in got})
     return got, missing
 
@@ -166,61 +157,6 @@ class ReplayPreview:
         return "\n".join(lines)
 
 
-def _history(conn: Connection, event: EventRow) -> tuple[Any, list[Any], list[dict[str, Any]]]:
-    last = (
-        conn.execute(
-            sa.select(jobs).where(jobs.c.event_id == event.id).order_by(jobs.c.id.desc()).limit(1)
-        )
-        .mappings()
-        .first()
-    )
-    done: list[Any] = []
-    if last is not None:
-        done = list(
-            conn.execute(
-                sa.select(steps.c.name, steps.c.status)
-                .where(steps.c.job_id == last["id"])
-                .order_by(steps.c.idx)
-            ).all()
-        )
-    later: list[dict[str, Any]] = []
-    if event.vnf_instance_id:
-        q = (
-            sa.select(
-                events.c.id,
-                events.c.vnf_lcm_op_occ_id,
-                events.c.operation,
-                events.c.operation_state,
-                events.c.state_rank,
-                events.c.op_occ_attempt,
-            )
-            .where(
-                events.c.vnf_instance_id == event.vnf_instance_id,
-                events.c.id > event.id,
-                events.c.vnf_lcm_op_occ_id.is_not(None),
-            )
-            .order_by(events.c.id)
-        )
-        if event.vnf_lcm_op_occ_id:
-            q = q.where(events.c.vnf_lcm_op_occ_id != event.vnf_lcm_op_occ_id)
-        newest: dict[str, dict[str, Any]] = {}
-        for r in conn.execute(q).all():
-            cur = newest.get(r.vnf_lcm_op_occ_id)
-            order = (r.op_occ_attempt or 0, r.state_rank or 0)
-            if cur is None or order >= cur["_rank"]:
-                newest[r.vnf_lcm_op_occ_id] = {
-                    "vnfLcmOpOccId": r.vnf_lcm_op_occ_id,
-                    "operation": r.operation,
-                    "operationState": r.operation_state,
-                    "eventId": r.id,
-                    "_rank": order,
-                }
-        for item in newest.values():
-            item.pop("_rank")
-            later.append(item)
-    return last, done, later
-
-
 async def preview(
     store: Store, registry: HandlerRegistry, rows: Sequence[EventRow], mode: str
 ) -> list[ReplayPreview]:
@@ -241,9 +177,17 @@ async def preview(
             )
             out.append(p)
             continue
-        last, step_rows, p.later_op_occs = await store.db.read(
-            lambda conn, ev=event: _history(conn, ev)  # type: ignore[misc]
-        )
+        history = await store.replays.history(event)
+        last = history.last_job
+        p.later_op_occs = [
+            {
+                "vnfLcmOpOccId": o.op_occ_id,
+                "operation": o.operation,
+                "operationState": o.operation_state,
+                "eventId": o.event_id,
+            }
+            for o in history.later_op_occs
+        ]
         try:
             notification = parse_notification(event.body)
         except NotificationParseError as exc:
@@ -252,14 +196,16 @@ async def preview(
             continue
         handler = registry.route(notification)
         p.handler = handler.name if handler is not None else None
-        p.last_job_id = last["id"] if last is not None else None
+        p.last_job_id = last.id if last is not None else None
         if mode == ReplayMode.RESUME and last is not None:
-            if handler is not None and last["handler"] == handler.name:
+            if handler is not None and last.handler == handler.name:
                 p.inherited = [
-                    r.name for r in step_rows if r.status in (StepStatus.DONE, StepStatus.SKIPPED)
+                    r.name
+                    for r in history.last_steps
+                    if r.status in (StepStatus.DONE, StepStatus.SKIPPED)
                 ]
             else:
-                p.reason = f"the last job ran handler {last['handler']!r}: nothing is inherited"
+                p.reason = f"the last job ran handler {last.handler!r}: nothing is inherited"
         if handler is not None:
             try:
                 p.plan = handler.plan(notification).outline()

@@ -5,13 +5,14 @@ from __future__ import annotations
 from subscriber.config import DatabaseSettings
 from subscriber.lifecycle import Component
 from subscriber.store.database import Database
-from subscriber.store.events import AppendedEvent, EventStore
+from subscriber.store.events import AppendedEvent, EventStore, QueueStats
+from subscriber.store.failed import FailedEvent, FailedFilter, FailedStore
 from subscriber.store.inventory import InventoryStore
 from subscriber.store.jobs import JobStore
 from subscriber.store.leases import LeaseStore
 from subscriber.store.migrate import current_revision, head_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
-from subscriber.store.replays import ReplayStore
+from subscriber.store.replays import LaterOpOcc, ReplayHistory, ReplayStore
 from subscriber.store.tables import EventStatus, JobStatus, ReplayMode, StepStatus
 from subscriber.store.tacker_state import TackerStateStore
 from subscriber.store.writer import WriteQueue
@@ -22,11 +23,17 @@ __all__ = [
     "EventRow",
     "EventStatus",
     "EventStore",
+    "FailedEvent",
+    "FailedFilter",
+    "FailedStore",
     "InventoryStore",
     "JobStatus",
     "JobStore",
+    "LaterOpOcc",
     "LeaseStore",
     "NewEvent",
+    "QueueStats",
+    "ReplayHistory",
     "ReplayMode",
     "ReplayStore",
     "StepStatus",
@@ -62,6 +69,7 @@ class Store(Component):
         self.replays = ReplayStore(self.db, writer=self.writer)
         self.inventory = InventoryStore(self.db, writer=self.writer)
         self.tacker = TackerStateStore(self.db, writer=self.writer)
+        self.failed = FailedStore(self.db)
 
     async def _start(self) -> None:
         # Migrate (when asked), then the writers.

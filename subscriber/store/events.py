@@ -34,7 +34,7 @@ from subscriber.store.records import (
 from subscriber.store.tables import EventStatus, events
 from subscriber.store.writer import INGEST, WriteQueue
 
-__all__ = ["AppendObservation", "AppendedEvent", "EventStore", "LaneSnapshot"]
+__all__ = ["AppendObservation", "AppendedEvent", "EventStore", "LaneSnapshot", "QueueStats"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,15 @@ class LaneSnapshot:
     open_events: list[EventRow]
     op_occ_events: list[tuple[str, int, str, int, int]]
     retry_at: dict[int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """What the store-backed gauges show: events by status, the longest lane, the newest."""
+
+    by_status: dict[str, int]
+    longest_lane: int  # open events of the lane with the most
+    newest_received_at: float | None  # None: no event stored yet
 
 
 def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
@@ -490,6 +499,12 @@ class EventStore(Component):
         row = await self._db.read(lambda conn: conn.execute(q).mappings().first())
         return EventRow.from_mapping(row) if row else None
 
+    async def get_many(self, event_ids: Sequence[int]) -> builtins.list[EventRow]:
+        """The events with these ids that exist, in id order (unknown ids are left out)."""
+        q = sa.select(events).where(events.c.id.in_(sorted(set(event_ids)))).order_by(events.c.id)
+        rows = await self._db.read(lambda conn: conn.execute(q).mappings().all())
+        return [EventRow.from_mapping(r) for r in rows]
+
     async def list(
         self,
         *,
@@ -518,6 +533,28 @@ class EventStore(Component):
         )
         rows = await self._db.read(lambda conn: conn.execute(q).all())
         return [r[0] for r in rows if r[0] is not None]
+
+    async def queue_stats(self) -> QueueStats:
+        """Events by status, the longest lane's open events and the newest receipt, in one read."""
+        by_status_q = sa.select(events.c.status, sa.func.count()).group_by(events.c.status)
+        longest_q = (
+            sa.select(sa.func.count())
+            .where(events.c.status.in_(EventStatus.OPEN))
+            .group_by(events.c.vnf_instance_id)
+            .order_by(sa.func.count().desc())
+            .limit(1)
+        )
+        newest_q = sa.select(sa.func.max(events.c.received_at))
+
+        def read(conn: Connection) -> QueueStats:
+            by_status = {r[0]: int(r[1]) for r in conn.execute(by_status_q).all()}
+            longest = conn.execute(longest_q).scalar()
+            newest = conn.execute(newest_q).scalar()
+            return QueueStats(
+                by_status, int(longest or 0), None if newest is None else float(newest)
+            )
+
+        return await self._db.read(read)
 
     async def lane_snapshot(self, lane: str) -> LaneSnapshot:
         """Everything the dispatcher needs to pick a lane's next event, in one read."""

@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection
 from subscriber.redact import redact
 from subscriber.store.database import Database
 from subscriber.store.jobs import JobRow, StepRow, _job, _step
+from subscriber.store.records import EventRow
 from subscriber.store.tables import (
     EventStatus,
     JobStatus,
@@ -40,7 +41,7 @@ from subscriber.store.tables import (
 )
 from subscriber.store.writer import WriteQueue
 
-__all__ = ["REPLAYABLE", "AuditRow", "ReplayStore"]
+__all__ = ["REPLAYABLE", "AuditRow", "LaterOpOcc", "ReplayHistory", "ReplayStore"]
 
 # Event statuses a replay may take back to pending: finished ones only. Open
 # events (pending/running/retry) belong to their lane; poison has no notification.
@@ -75,6 +76,56 @@ class AuditRow:
             "eventIds": self.event_ids,
             "detail": self.detail,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class LaterOpOcc:
+    """An op-occ of the same instance stored after an event, at its newest transition."""
+
+    op_occ_id: str
+    operation: str | None
+    operation_state: str | None
+    event_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayHistory:
+    """What a replay preview needs to know of an event's past and of its instance since."""
+
+    last_job: JobRow | None
+    last_steps: list[StepRow]  # the last job's step checkpoints, in plan order
+    later_op_occs: list[LaterOpOcc]  # in order of their first event after this one
+
+
+def _later_op_occs(conn: Connection, event: EventRow) -> list[LaterOpOcc]:
+    if not event.vnf_instance_id:
+        return []
+    q = (
+        sa.select(
+            events.c.id,
+            events.c.vnf_lcm_op_occ_id,
+            events.c.operation,
+            events.c.operation_state,
+            events.c.state_rank,
+            events.c.op_occ_attempt,
+        )
+        .where(
+            events.c.vnf_instance_id == event.vnf_instance_id,
+            events.c.id > event.id,
+            events.c.vnf_lcm_op_occ_id.is_not(None),
+        )
+        .order_by(events.c.id)
+    )
+    if event.vnf_lcm_op_occ_id:
+        q = q.where(events.c.vnf_lcm_op_occ_id != event.vnf_lcm_op_occ_id)
+    newest: dict[str, tuple[tuple[int, int], LaterOpOcc]] = {}
+    for r in conn.execute(q).all():
+        cur = newest.get(r.vnf_lcm_op_occ_id)
+        order = (r.op_occ_attempt or 0, r.state_rank or 0)
+        if cur is None or order >= cur[0]:
+            item = LaterOpOcc(r.vnf_lcm_op_occ_id, r.operation, r.operation_state, r.id)
+            newest[r.vnf_lcm_op_occ_id] = (order, item)
+    return [item for _, item in newest.values()]
 
 
 class ReplayStore:
@@ -143,6 +194,40 @@ class ReplayStore:
             )
             for r in rows
         ]
+
+    async def history(self, event: EventRow) -> ReplayHistory:
+        """The event's last job with its steps, and the op-occs its instance ran since, in one read.
+
+        A later op-occ is one of the same VNF instance with an event stored
+        after this one (this event's own op-occ excluded), shown at its newest
+        transition (highest attempt, then state).
+        """
+
+        def read(conn: Connection) -> ReplayHistory:
+            row = (
+                conn.execute(
+                    sa.select(jobs)
+                    .where(jobs.c.event_id == event.id)
+                    .order_by(jobs.c.id.desc())
+                    .limit(1)
+                )
+                .mappings()
+                .first()
+            )
+            last = _job(row) if row is not None else None
+            step_rows: list[StepRow] = []
+            if last is not None:
+                step_rows = [
+                    _step(r)
+                    for r in conn.execute(
+                        sa.select(steps).where(steps.c.job_id == last.id).order_by(steps.c.idx)
+                    )
+                    .mappings()
+                    .all()
+                ]
+            return ReplayHistory(last, step_rows, _later_op_occs(conn, event))
+
+        return await self._db.read(read)
 
     async def request(self, event_ids: Sequence[int], mode: str) -> list[int]:
         """Put finished events back to pending with the replay marker, in one transaction.

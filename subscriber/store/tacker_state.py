@@ -24,7 +24,12 @@ __all__ = ["TackerStateStore"]
 
 
 class TackerStateStore:
-    """Reads and writes of ``own_op_occs`` and ``kv``."""
+    """Reads and writes of ``own_op_occs`` and ``kv``.
+
+    Its echo methods are what the Tacker client (``EchoRecorder``) and the
+    echo filter (``EchoLedger``) are given; both protocols live in
+    :mod:`subscriber.tacker.ports`, so neither depends on the store.
+    """
 
     def __init__(self, db: Database, *, writer: WriteQueue) -> None:
         self._db = db

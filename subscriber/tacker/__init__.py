@@ -2,11 +2,14 @@
 
 from subscriber.tacker.client import TackerClient, vim_connection_entry
 from subscriber.tacker.echo import EchoFilter
+from subscriber.tacker.ports import EchoLedger, EchoRecorder
 from subscriber.tacker.reconciler import Reconciler
 from subscriber.tacker.subscriptions import SubscriptionKeeper, ensure_subscription
 
 __all__ = [
     "EchoFilter",
+    "EchoLedger",
+    "EchoRecorder",
     "Reconciler",
     "SubscriptionKeeper",
     "TackerClient",

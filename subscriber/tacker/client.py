@@ -25,7 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 
@@ -35,9 +35,9 @@ from subscriber.kernel.ports import ApiVersion, KubernetesAccess
 from subscriber.lifecycle import Component
 from subscriber.tacker.auth import TackerAuth, build_auth
 from subscriber.tacker.errors import error_for_status, translate_errors
+from subscriber.tacker.ports import EchoRecorder
 
 __all__ = [
-    "EchoRecorder",
     "Response",
     "TackerClient",
     "vim_connection_entry",
@@ -49,16 +49,6 @@ API_VERSIONS = {"v1": "1.3.0", "v2": "2.0.0"}
 MERGE_PATCH = "application/merge-patch+json"
 KUBERNETES_V2 = "ETSINFV.KUBERNETES.V_1"
 _FAILED_STATES = {"FAILED_TEMP", "FAILED", "ROLLED_BACK"}
-
-
-class EchoRecorder(Protocol):
-    """Where the client records the write-backs it makes (the store's ``tacker`` part)."""
-
-    async def expect_echo(self, vnf_instance_id: str) -> int: ...
-
-    async def confirm_echo(self, intent_id: int, op_occ_id: str) -> None: ...
-
-    async def drop_echo(self, intent_id: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +90,8 @@ class TackerClient(Component):
     Arguments:
         settings: the ``tacker`` section.
         echo: where write-backs are recorded before their PATCH (the echo
-            filter reads it); ``None`` in tools that never write back.
+            filter reads it; the service gives the store's ``tacker`` part);
+            ``None`` in tools that never write back.
         auth: override the auth built from ``settings`` (tests).
 
     Usage::

@@ -28,8 +28,8 @@ from typing import Any
 from schemas import LcmOperationType, Notification, VnfLcmOperationOccurrenceNotification
 from subscriber.config import TackerSettings
 from subscriber.errors import LccnError
-from subscriber.store.tacker_state import TackerStateStore
 from subscriber.tacker.client import TackerClient, _entry_id
+from subscriber.tacker.ports import EchoLedger
 
 __all__ = ["EchoFilter", "is_own_patch"]
 
@@ -56,18 +56,19 @@ class EchoFilter:
     """Decides whether a stored notification is our own echo.
 
     Arguments:
-        store: the store's ``tacker`` part (own op-occs).
+        ledger: our own op-occs and open write-back notes (the service gives
+            the store's ``tacker`` part).
         settings: the ``tacker`` section (our key, the intent TTL).
         client: to check an op-occ with Tacker when an intent is open; None: table only.
     """
 
     def __init__(
         self,
-        store: TackerStateStore,
+        ledger: EchoLedger,
         settings: TackerSettings,
         client: TackerClient | None = None,
     ) -> None:
-        self._store = store
+        self._ledger = ledger
         self._settings = settings
         self._client = client
 
@@ -78,12 +79,12 @@ class EchoFilter:
         if notification.operation is not LcmOperationType.MODIFY_INFO:
             return False
         occ_id = notification.vnfLcmOpOccId
-        if await self._store.is_own(occ_id):
+        if await self._ledger.is_own(occ_id):
             return True
         if self._client is None:
             return False
         since = time.time() - self._settings.echo_intent_ttl
-        if not await self._store.open_intents(notification.vnfInstanceId, since):
+        if not await self._ledger.open_intents(notification.vnfInstanceId, since):
             return False
         try:
             occ = await self._client.get_op_occ(occ_id)
@@ -97,6 +98,6 @@ class EchoFilter:
         if is_own_patch(
             occ.get("operationParams"), notification.vnfInstanceId, self._settings.vim_key
         ):
-            await self._store.record_own(notification.vnfInstanceId, occ_id)
+            await self._ledger.record_own(notification.vnfInstanceId, occ_id)
             return True
         return False

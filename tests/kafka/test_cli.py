@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from subscriber.cli.helpers import parent_parsers
+from subscriber.cli.kafka import add_parsers, kafka_publish, kafka_status, run_kafka_command
 from subscriber.config import Settings
 from subscriber.ingest.kafka import KafkaSource
-from subscriber.kafka_cli import add_kafka_parser, kafka_publish, kafka_status, run_kafka_command
 from subscriber.store import Store
 from tests.kafka.helpers import (
     create_topic,
@@ -119,7 +120,7 @@ async def test_parser_wiring(broker: Any) -> None:
     topic = uid("topic")
     await create_topic(broker.bootstrap, topic, 1)
     parser = argparse.ArgumentParser(prog="lccn-subscriber")
-    add_kafka_parser(parser.add_subparsers(dest="command"))
+    add_parsers(parser.add_subparsers(dest="command"), parent_parsers())
     args = parser.parse_args(["kafka", "status", "--format", "json"])
     assert (args.command, args.kafka_command, args.format) == ("kafka", "status", "json")
     args = parser.parse_args(["kafka", "publish", "-", "--topic", topic])

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from subscriber.cli.kafka import group_lag
 from subscriber.config import DatabaseSettings
-from subscriber.kafka_cli import group_lag
 from subscriber.store import EventRow, Store
 from tests.kafka.helpers import (
     ROOT,

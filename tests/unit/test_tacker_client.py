@@ -3,6 +3,7 @@ retry/backoff classification, write-back shape and echo intents, VIM registratio
 
 from __future__ import annotations
 
+import ast
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -13,6 +14,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
+from schemas import parse_notification_data
 from subscriber.config import DatabaseSettings, TackerSettings
 from subscriber.errors import (
     TackerAuthError,
@@ -23,9 +25,10 @@ from subscriber.errors import (
 )
 from subscriber.kernel.ports import KubernetesAccess
 from subscriber.store import Store
-from subscriber.tacker import TackerClient
+from subscriber.tacker import EchoFilter, TackerClient
 from subscriber.tacker.echo import is_own_patch
 from subscriber.tacker.reconciler import implied_states, notification_status, synthesise
+from tests.factories import op_occ
 
 TOKEN = "k8s-bearer-" + uuid.uuid4().hex
 ACCESS = KubernetesAccess(
@@ -258,6 +261,98 @@ async def test_write_back_refused_or_failed(fake: FakeTacker, store: Store) -> N
             await client.write_back("inst-1", ACCESS)
         assert not info.value.retriable
     assert TOKEN not in str(info.value)
+
+
+class MemoryEchoRecorder:
+    """An in-memory EchoRecorder and EchoLedger that notes when each call came."""
+
+    def __init__(self, fake: FakeTacker) -> None:
+        self.fake = fake
+        self.calls: list[tuple[str, Any, ...]] = []
+        self.intents: dict[int, tuple[str, str | None]] = {}
+        self.own: set[str] = set()
+
+    def _patches(self) -> int:
+        return sum(1 for s in self.fake.seen if s[0] == "PATCH")
+
+    async def expect_echo(self, vnf_instance_id: str) -> int:
+        intent = len(self.intents) + 1
+        self.intents[intent] = (vnf_instance_id, None)
+        self.calls.append(("expect", vnf_instance_id, self._patches()))
+        return intent
+
+    async def confirm_echo(self, intent_id: int, op_occ_id: str) -> None:
+        self.intents[intent_id] = (self.intents[intent_id][0], op_occ_id)
+        self.own.add(op_occ_id)
+        self.calls.append(("confirm", intent_id, op_occ_id, self._patches()))
+
+    async def drop_echo(self, intent_id: int) -> None:
+        del self.intents[intent_id]
+        self.calls.append(("drop", intent_id, self._patches()))
+
+    async def is_own(self, op_occ_id: str) -> bool:
+        return op_occ_id in self.own
+
+    async def open_intents(self, vnf_instance_id: str, since: float) -> int:
+        return sum(1 for i, o in self.intents.values() if i == vnf_instance_id and o is None)
+
+    async def record_own(self, vnf_instance_id: str, op_occ_id: str) -> None:
+        self.own.add(op_occ_id)
+        self.calls.append(("record_own", vnf_instance_id, op_occ_id))
+
+
+async def test_write_back_notes_the_echo_through_its_port_before_the_patch(
+    fake: FakeTacker,
+) -> None:
+    recorder = MemoryEchoRecorder(fake)
+    occ = f"occ-{uuid.uuid4().hex[:8]}"
+    fake.on("PATCH", INST, (202, None, {"Location": f"{fake.url}/x/vnf_lcm_op_occs/{occ}"}))
+    fake.on("GET", f"/vnflcm/v2/vnf_lcm_op_occs/{occ}", (200, {"operationState": "COMPLETED"}))
+    async with TackerClient(settings(fake.url), echo=recorder) as client:
+        assert await client.write_back("inst-1", ACCESS) == occ
+        # Noted while no PATCH had arrived; confirmed once the 202 was in.
+        assert recorder.calls == [("expect", "inst-1", 0), ("confirm", 1, occ, 1)]
+        fake.on("PATCH", INST, (422, {"status": 422, "detail": "bad entry"}))
+        with pytest.raises(TackerRejected):
+            await client.write_back("inst-1", ACCESS)
+        assert recorder.calls[2:] == [("expect", "inst-1", 1), ("drop", 2, 2)]
+    assert recorder.intents == {1: ("inst-1", occ)}
+
+
+async def test_echo_filter_reads_its_ledger_port_and_checks_open_notes_with_tacker(
+    fake: FakeTacker,
+) -> None:
+    ledger = MemoryEchoRecorder(fake)
+    inst, occ = f"inst-{uuid.uuid4().hex[:8]}", f"occ-{uuid.uuid4().hex[:8]}"
+    notification = parse_notification_data(
+        op_occ(instance=inst, op_occ_id=occ, operation="MODIFY_INFO", state="PROCESSING")
+    )
+    occ_path = f"/vnflcm/v2/vnf_lcm_op_occs/{occ}"
+    ours = {"vimConnectionInfo": {"k8s": {"vimId": "x"}}}
+    fake.on("GET", occ_path, (200, {"id": occ, "operationParams": ours}))
+    async with TackerClient(settings(fake.url)) as client:
+        echo = EchoFilter(ledger, settings(fake.url), client)
+        assert not await echo.is_echo(notification)  # no open note: not even asked
+        assert not [s for s in fake.seen if s[1] == occ_path]
+        await ledger.expect_echo(inst)  # a PATCH whose 202 never came back
+        assert await echo.is_echo(notification)
+        assert ("record_own", inst, occ) in ledger.calls
+        assert await EchoFilter(ledger, settings(fake.url)).is_echo(notification)
+
+
+def test_the_client_and_the_echo_filter_do_not_import_the_store() -> None:
+    package = Path(__file__).resolve().parents[2] / "subscriber" / "tacker"
+    for name in ("client.py", "echo.py", "ports.py"):
+        tree = ast.parse((package / name).read_text())
+        imported = {
+            node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        } | {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        assert not {m for m in imported if m.startswith("subscriber.store")}, name
 
 
 async def test_vim_registration_follows_the_v1_0_exchange(fake: FakeTacker) -> None:

@@ -1,7 +1,8 @@
-"""``lccn-subscriber kafka ...``: consumer-group status and publishing notifications.
+"""``lccn-subscriber kafka status|publish``: consumer-group lag, publishing notifications.
 
-Wired into :mod:`subscriber.cli` with :func:`add_kafka_parser` (parsing) and
-:func:`run_kafka_command` (running, given the effective settings).
+:func:`kafka_status` and :func:`kafka_publish` print their own one-line
+errors and return the exit code (0 ok, 1 bad input, 2 no broker answered,
+3 Kafka not configured), so tests can call them with their own streams.
 """
 
 from __future__ import annotations
@@ -12,55 +13,54 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from schemas import NotificationParseError, parse_notification_data
+from subscriber.cli.helpers import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_INPUT,
+    EXIT_OK,
+    Parents,
+    Subparsers,
+    settings_from,
+)
 from subscriber.config import KafkaSettings, Settings
 from subscriber.errors import LccnError
 from subscriber.ingest.kafka_client import client_options, kafka_errors, producer_options
 
 __all__ = [
     "PublishInputError",
-    "add_kafka_parser",
+    "add_parsers",
+    "group_lag",
     "kafka_publish",
     "kafka_status",
     "read_notifications",
     "run_kafka_command",
 ]
 
-EXIT_OK = 0
-EXIT_INPUT = 1
-EXIT_BROKER = 2
-EXIT_CONFIG = 3
 
-
-def add_kafka_parser(
-    subparsers: Any, *, parents: Sequence[argparse.ArgumentParser] = ()
-) -> argparse.ArgumentParser:
-    """Add ``kafka status`` and ``kafka publish FILE|-`` to an argparse subparsers object.
+def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
+    """Add ``kafka status`` and ``kafka publish FILE|-``.
 
     Arguments:
-        subparsers: what ``ArgumentParser.add_subparsers()`` returned.
-        parents: shared option parsers (``--config``) for both subcommands.
-
-    Returns:
-        the ``kafka`` parser; parsed args carry ``kafka_command``.
+        subparsers: the root parser's subcommands.
+        parents: the shared option parsers (both subcommands take ``--config``).
     """
-    kafka: argparse.ArgumentParser = subparsers.add_parser(
-        "kafka", help="Kafka ingest: consumer lag, publish notifications"
-    )
+    kafka = subparsers.add_parser("kafka", help="Kafka ingest: consumer lag, publish notifications")
     sub = kafka.add_subparsers(dest="kafka_command", required=True, metavar="COMMAND")
     status = sub.add_parser(
-        "status", parents=list(parents), help="committed offset, end offset and lag per partition"
+        "status",
+        parents=[parents.config],
+        help="committed offset, end offset and lag per partition",
     )
     status.add_argument("--format", choices=("table", "json"), default="table")
     publish = sub.add_parser(
         "publish",
-        parents=list(parents),
+        parents=[parents.config],
         help="produce notification JSON (one object, an array, or JSON lines), "
         "keyed by vnfInstanceId",
     )
@@ -72,11 +72,15 @@ def add_kafka_parser(
         action="store_false",
         help="send objects even if they are not valid notifications",
     )
-    return kafka
+    kafka.set_defaults(func=_cmd_kafka)
+
+
+def _cmd_kafka(args: argparse.Namespace) -> int:
+    return asyncio.run(run_kafka_command(args, settings_from(args)))
 
 
 async def run_kafka_command(args: argparse.Namespace, settings: Settings) -> int:
-    """Run the ``kafka`` subcommand parsed by :func:`add_kafka_parser`; returns the exit code."""
+    """Run the ``kafka`` subcommand parsed by :func:`add_parsers`; returns the exit code."""
     # We print one line per failure ourselves; aiokafka's per-attempt errors are noise here.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     if args.kafka_command == "status":
@@ -122,7 +126,7 @@ async def kafka_status(
         rows = await group_lag(section)
     except LccnError as exc:
         print(f"error: {exc}", file=err)
-        return EXIT_BROKER
+        return EXIT_ERROR
     total = sum(r["lag"] for r in rows if r["lag"] is not None)
     if fmt == "json":
         doc = {
@@ -300,7 +304,7 @@ async def kafka_publish(
         sent = await _produce(section, target, items)
     except LccnError as exc:
         print(f"error: {exc}", file=err)
-        return EXIT_BROKER
+        return EXIT_ERROR
     print(f"published {sent} notification(s) to {target}", file=out)
     return EXIT_OK
 

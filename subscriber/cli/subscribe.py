@@ -1,42 +1,57 @@
 """``lccn-subscriber subscribe`` and ``lccn-subscriber subscriptions list|delete ID``.
 
-Wired into :mod:`subscriber.cli` with :func:`add_tacker_parsers`; each command
-gets the effective settings and prints one line per result (or JSON).
-Errors become one line on stderr (exit 2) through the CLI's ``CliError``.
+Each command gets the effective settings and prints one line per result (or
+JSON); an error of the Tacker client becomes one line on stderr (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from subscriber.cli.helpers import EXIT_OK, CliError, Parents, Subparsers, settings_from
 from subscriber.config import Settings
 from subscriber.errors import LccnError
 from subscriber.tacker.client import TackerClient
 from subscriber.tacker.subscriptions import ensure_subscription
 
-__all__ = ["add_tacker_parsers", "run_tacker_command"]
+__all__ = ["add_parsers", "run_tacker_command"]
 
 
-def add_tacker_parsers(subparsers: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
-    """Add ``subscribe`` and ``subscriptions list|delete`` (``tacker_command`` says which)."""
+def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
+    """Add ``subscribe`` and ``subscriptions list|delete`` (``tacker_command`` says which).
+
+    Arguments:
+        subparsers: the root parser's subcommands.
+        parents: the shared option parsers (each command takes ``--config``).
+    """
+    common = [parents.config]
     sub = subparsers.add_parser(
         "subscribe",
-        parents=list(parents),
+        parents=common,
         help="create our LCCN subscription in Tacker, or verify it exists (idempotent)",
     )
     sub.add_argument("--callback-uri", help="override tacker.callback_uri")
-    sub.set_defaults(tacker_command="subscribe")
+    sub.set_defaults(tacker_command="subscribe", func=_cmd_tacker)
     subs = subparsers.add_parser("subscriptions", help="Tacker's LCCN subscriptions")
     cmds = subs.add_subparsers(dest="subscriptions_command", required=True)
-    ls = cmds.add_parser("list", parents=list(parents), help="list subscriptions")
+    ls = cmds.add_parser("list", parents=common, help="list subscriptions")
     ls.add_argument("--format", choices=("table", "json"), default="table")
     ls.set_defaults(tacker_command="list")
-    rm = cmds.add_parser("delete", parents=list(parents), help="delete one subscription")
+    rm = cmds.add_parser("delete", parents=common, help="delete one subscription")
     rm.add_argument("id")
     rm.set_defaults(tacker_command="delete")
+    subs.set_defaults(func=_cmd_tacker)
+
+
+def _cmd_tacker(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(run_tacker_command(args, settings_from(args)))
+    except LccnError as exc:
+        raise CliError(exc.message) from None
 
 
 async def _with_client(settings: Settings, fn: Callable[[TackerClient], Awaitable[Any]]) -> Any:
@@ -61,7 +76,7 @@ async def run_tacker_command(args: argparse.Namespace, settings: Settings) -> in
         what = "created" if result.created else "exists"
         note = " (its filter differs from the configured one)" if result.filter_differs else ""
         print(f"subscription {sub.get('id')} {what}: {sub.get('callbackUri')}{note}")
-        return 0
+        return EXIT_OK
     if command == "list":
         subs: list[dict[str, Any]] = await _with_client(settings, lambda c: c.list_subscriptions())
         if args.format == "json":
@@ -72,11 +87,11 @@ async def run_tacker_command(args: argparse.Namespace, settings: Settings) -> in
             for s in subs:
                 flt = json.dumps(s.get("filter") or {}, separators=(",", ":"))
                 print(f"{s.get('id')}  {s.get('callbackUri')}  {flt}")
-        return 0
+        return EXIT_OK
     if command == "delete":
         deleted = await _with_client(settings, lambda c: c.delete_subscription(args.id))
         if not deleted:
             raise LccnError(f"no subscription {args.id} in Tacker")
         print(f"subscription {args.id} deleted")
-        return 0
+        return EXIT_OK
     raise LccnError(f"unknown command {command!r}")

@@ -1,31 +1,36 @@
-"""Operator commands: ``failed list/show``, ``replay``, ``audit list``.
-
-Kept out of :mod:`subscriber.cli` so the main parser only gains one call;
-the shared helpers (settings, store, table, one-line errors) come from there.
-"""
+"""Operator commands on failed events: ``failed list|show``, ``replay``, ``audit list``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import dataclasses
-import json
 import sys
-from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["add_operate_parsers"]
+from subscriber.cli.helpers import (
+    EXIT_INPUT,
+    EXIT_OK,
+    CliError,
+    Parents,
+    Subparsers,
+    event_detail,
+    print_json,
+    settings_from,
+    table,
+    when,
+    with_store,
+)
+
+if TYPE_CHECKING:
+    from subscriber.store import FailedFilter, Store
+
+__all__ = ["add_parsers"]
 
 
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return ""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _filter(args: argparse.Namespace) -> Any:
-    from subscriber.cli import CliError
-    from subscriber.failed import FailedFilter, parse_time
+def _filter(args: argparse.Namespace) -> FailedFilter:
+    from subscriber.failed import parse_time
+    from subscriber.store import FailedFilter
 
     try:
         since = parse_time(args.since) if args.since else None
@@ -53,95 +58,46 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
 
 # -- failed ----------------------------------------------------------------------
 
+_FAILED_COLUMNS = (
+    "id",
+    "received",
+    "vnfInstanceId",
+    "operation",
+    "operationState",
+    "handler",
+    "attempts",
+    "errorClass",
+    "failedStep",
+    "lastError",
+)
+
 
 def _cmd_failed_list(args: argparse.Namespace) -> int:
-    from subscriber.cli import _settings, _table, _with_store
-    from subscriber.failed import select_failed
-
-    settings = _settings(args)
+    settings = settings_from(args)
     flt = _filter(args)
 
-    async def fetch(store: Any) -> list[dict[str, Any]]:
-        rows = await store.db.read(lambda conn: select_failed(conn, flt, args.limit))
-        return [r.as_json() for r in rows]
+    async def fetch(store: Store) -> list[dict[str, Any]]:
+        return [r.as_json() for r in await store.failed.select(flt, limit=args.limit)]
 
-    rows = asyncio.run(_with_store(settings, fetch))
+    rows = asyncio.run(with_store(settings, fetch))
     if args.format == "json":
-        print(json.dumps(rows, indent=2))
-        return 0
+        print_json(rows)
+        return EXIT_OK
     for r in rows:
-        r["received"] = _when(r["receivedAt"])
+        r["received"] = when(r["receivedAt"])
         err = (r["lastError"] or "").replace("\n", " ")
         r["lastError"] = err if len(err) <= 60 else err[:57] + "..."
-    cols = (
-        "id",
-        "received",
-        "vnfInstanceId",
-        "operation",
-        "operationState",
-        "handler",
-        "attempts",
-        "errorClass",
-        "failedStep",
-        "lastError",
-    )
-    print(_table(rows, cols))
-    return 0
-
-
-async def event_detail(store: Any, event_id: int) -> dict[str, Any] | None:
-    """An event with every job and step (errors and output tails redacted as stored)."""
-    row = await store.events.get(event_id)
-    if row is None:
-        return None
-    out: dict[str, Any] = row.summary()
-    out.update(
-        dedupKey=row.dedup_key,
-        notificationId=row.notification_id,
-        apiVersion=row.api_version,
-        meta=row.meta_json(),
-        body=row.body_json(),
-        jobs=[],
-    )
-    for job in await store.jobs.for_event(row.id):
-        steps = await store.jobs.steps(job.id)
-        out["jobs"].append(
-            {
-                "id": job.id,
-                "handler": job.handler,
-                "mode": job.mode,
-                "status": job.status,
-                "attempts": job.attempts,
-                "createdAt": job.created_at,
-                "nextAttemptAt": job.next_attempt_at,
-                "errorClass": job.error_class,
-                "lastError": job.last_error,
-                "steps": [
-                    {
-                        "name": s.name,
-                        "status": s.status,
-                        "attempts": s.attempts,
-                        "idempotent": s.idempotent,
-                        "error": s.error,
-                        "output": s.output,
-                        "result": s.result_json(),
-                    }
-                    for s in steps
-                ],
-            }
-        )
-    return out
+    print(table(rows, _FAILED_COLUMNS))
+    return EXIT_OK
 
 
 def _cmd_failed_show(args: argparse.Namespace) -> int:
-    from subscriber.cli import CliError, _settings, _with_store
-
-    settings = _settings(args)
-    data = asyncio.run(_with_store(settings, lambda store: event_detail(store, args.id)))
+    settings = settings_from(args)
+    data = asyncio.run(with_store(settings, lambda store: event_detail(store, args.id)))
     if data is None:
         raise CliError(f"no event with id {args.id}")
-    print(json.dumps(data, indent=2))
-    return 0
+    print_json(data)
+    return EXIT_OK
 
 
 # -- replay ----------------------------------------------------------------------
@@ -156,7 +112,6 @@ def _confirm(count: int, mode: str) -> bool:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from handlers import default_registry
-    from subscriber.cli import CliError, _settings, _with_store
     from subscriber.replay import (
         Progress,
         actor,
@@ -166,7 +121,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         select_events,
     )
 
-    settings = _settings(args)
+    settings = settings_from(args)
     flt = _filter(args)
     if not args.ids and flt.is_empty() and not args.all:
         raise CliError("select events: give ids, a filter (--instance, --since ...) or --all")
@@ -177,7 +132,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     registry = default_registry(settings.handlers.modules)
     who = actor()
 
-    async def run(store: Any) -> int:
+    async def run(store: Store) -> int:
         rows, missing = await select_events(store, args.ids, flt, limit=args.limit)
         if missing:
             raise CliError(f"no event with id {', '.join(map(str, missing))}")
@@ -191,7 +146,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         )
         if args.dry_run:
             if args.format == "json":
-                print(json.dumps([p.as_json() for p in previews], indent=2))
+                print_json([p.as_json() for p in previews])
             else:
                 print("\n".join(p.as_text() for p in previews) or "(no events selected)")
                 print(f"dry run: {len(replayable)} event(s) would be replayed; nothing changed")
@@ -203,7 +158,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 event_ids=replayable,
                 detail={"filters": filters, "refused": [p.event.id for p in refused]},
             )
-            return 0
+            return EXIT_OK
         for p in refused:
             print(f"event {p.event.id} skipped: {p.reason}", file=sys.stderr)
         if not replayable:
@@ -216,7 +171,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 )
             if not _confirm(len(replayable), args.mode):
                 print("not replayed", file=sys.stderr)
-                return 1
+                return EXIT_INPUT
         audit_id = await store.replays.record_audit(
             actor=who,
             action="replay",
@@ -254,58 +209,60 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 f"not queued (taken by a lane meanwhile): {', '.join(map(str, lost))}",
                 file=sys.stderr,
             )
-        return 0
+        return EXIT_OK
 
-    code: int = asyncio.run(_with_store(settings, run))
-    return code
+    return asyncio.run(with_store(settings, run))
 
 
 # -- audit -----------------------------------------------------------------------
 
 
 def _cmd_audit_list(args: argparse.Namespace) -> int:
-    from subscriber.cli import _settings, _table, _with_store
+    settings = settings_from(args)
 
-    settings = _settings(args)
-
-    async def fetch(store: Any) -> list[dict[str, Any]]:
+    async def fetch(store: Store) -> list[dict[str, Any]]:
         return [r.as_json() for r in await store.replays.audit_list(limit=args.limit)]
 
-    rows = asyncio.run(_with_store(settings, fetch))
+    rows = asyncio.run(with_store(settings, fetch))
     if args.format == "json":
-        print(json.dumps(rows, indent=2))
-        return 0
+        print_json(rows)
+        return EXIT_OK
     for r in rows:
-        r["when"] = _when(r["at"])
+        r["when"] = when(r["at"])
         ids = r["eventIds"]
         r["events"] = ",".join(map(str, ids[:8])) + (f" (+{len(ids) - 8})" if len(ids) > 8 else "")
         r["dryRun"] = "yes" if r["dryRun"] else "no"
-    print(_table(rows, ("id", "when", "actor", "action", "mode", "dryRun", "events")))
-    return 0
+    print(table(rows, ("id", "when", "actor", "action", "mode", "dryRun", "events")))
+    return EXIT_OK
 
 
-# -- parser ----------------------------------------------------------------------
+# -- parsers ---------------------------------------------------------------------
 
 
-def add_operate_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
-    """Add ``failed``, ``replay`` and ``audit`` to the main parser's subcommands."""
-    failed = sub.add_parser("failed", help="events whose job failed").add_subparsers(
+def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
+    """Add ``failed list|show``, ``replay`` and ``audit list``.
+
+    Arguments:
+        subparsers: the root parser's subcommands.
+        parents: the shared option parsers.
+    """
+    failed = subparsers.add_parser("failed", help="events whose job failed").add_subparsers(
         dest="failed_command", required=True
     )
-    ls = failed.add_parser("list", parents=parents, help="list failed events")
+    ls = failed.add_parser("list", parents=parents.store, help="list failed events")
     _add_filters(ls)
     ls.add_argument("--limit", type=int, help="at most this many")
     ls.add_argument("--format", choices=("table", "json"), default="table")
     ls.set_defaults(func=_cmd_failed_list)
     show = failed.add_parser(
-        "show", parents=parents, help="one event: body, jobs, steps, errors, output tails"
+        "show", parents=parents.store, help="one event: body, jobs, steps, errors, output tails"
     )
     show.add_argument("id", type=int)
     show.set_defaults(func=_cmd_failed_show)
 
-    rp = sub.add_parser(
+    rp = subparsers.add_parser(
         "replay",
-        parents=parents,
+        parents=parents.store,
         help="run finished events again through their lanes",
         description="Select by ids, or by filters over failed events.",
     )
@@ -325,10 +282,10 @@ def add_operate_parsers(sub: Any, parents: list[argparse.ArgumentParser]) -> Non
     rp.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output")
     rp.set_defaults(func=_cmd_replay)
 
-    audit = sub.add_parser("audit", help="the operator audit trail").add_subparsers(
+    audit = subparsers.add_parser("audit", help="the operator audit trail").add_subparsers(
         dest="audit_command", required=True
     )
-    al = audit.add_parser("list", parents=parents, help="replays and dry runs, newest first")
+    al = audit.add_parser("list", parents=parents.store, help="replays and dry runs, newest first")
     al.add_argument("--limit", type=int, help="at most this many")
     al.add_argument("--format", choices=("table", "json"), default="table")
     al.set_defaults(func=_cmd_audit_list)
