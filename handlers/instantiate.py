@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from handlers import steps
 from handlers.job import ClusterJob
+from handlers.validate import ValidateParams
 from schemas import Notification
 from subscriber.config import ClusterSettings
 from subscriber.kernel import Plan
@@ -46,15 +47,8 @@ class InstantiateCluster:
         )
 
 
-class ValidateInstantiate:
+class ValidateInstantiate(ValidateParams):
     """``INSTANTIATE / STARTING``: validate the parameters before Tacker builds the VMs."""
 
-    name = "cluster-instantiate-validate"
-
     def __init__(self, settings: ClusterSettings | None = None) -> None:
-        self.settings = settings or ClusterSettings()
-
-    def plan(self, notification: Notification) -> Plan:
-        return Plan(
-            (steps.load_params(ClusterJob(self.settings, notification), "validate-params"),)
-        )
+        super().__init__("cluster-instantiate-validate", settings)

@@ -8,9 +8,12 @@ claims goes to the ``log`` handler (op-occ notifications only).
 
 from __future__ import annotations
 
+from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.log import LogHandler
+from handlers.scale import ScaleCluster
 from handlers.terminate import TerminateCluster
+from handlers.validate import ValidateParams
 from subscriber.config import ClusterSettings
 from subscriber.kernel import HandlerRegistry, Route
 
@@ -23,6 +26,10 @@ def cluster_routes(settings: ClusterSettings | None = None) -> tuple[Route, ...]
     return (
         Route("INSTANTIATE", "STARTING", ValidateInstantiate(settings)),
         Route("INSTANTIATE", "COMPLETED", InstantiateCluster(settings)),
+        Route("SCALE", "STARTING", ValidateParams("cluster-scale-validate", settings)),
+        Route("SCALE", "COMPLETED", ScaleCluster(settings)),
+        Route("HEAL", "STARTING", ValidateParams("cluster-heal-validate", settings)),
+        Route("HEAL", "COMPLETED", HealCluster(settings)),
         Route("TERMINATE", "COMPLETED", TerminateCluster(settings)),
     )
 

@@ -14,10 +14,10 @@ from typing import Any
 from pydantic import SecretStr
 
 from handlers.job import DISCOVER, ClusterJob
-from handlers.toolkit import hosts, kubeadm, kubectl
+from handlers.toolkit import etcd, haproxy, hosts, kubeadm, kubectl
 from handlers.toolkit.params import params_summary
 from handlers.toolkit.topology import Topology, discover
-from subscriber.errors import PermanentStepError, SkipStep
+from subscriber.errors import PermanentStepError, SkipStep, TransientStepError
 from subscriber.kernel import JobContext, Step, StepsFor
 from subscriber.kernel.ports import ClusterNode, KubernetesAccess
 
@@ -77,10 +77,14 @@ def configure_hosts(job: ClusterJob) -> Step:
 
     async def run(ctx: JobContext) -> dict[str, Any]:
         topo, shell = job.topology(ctx), await job.shell(ctx)
+        forget = [n["name"] for n in _changes(ctx).get("departed", ())]
         await asyncio.gather(
-            *(hosts.write_hosts(shell, n, topo.nodes, step="configure-hosts") for n in topo.nodes)
+            *(
+                hosts.write_hosts(shell, n, topo.nodes, forget=forget, step="configure-hosts")
+                for n in topo.nodes
+            )
         )
-        return {"hosts": {n.name: n.nic_ip for n in topo.nodes}}
+        return {"hosts": {n.name: n.nic_ip for n in topo.nodes}, "forgotten": forget}
 
     return Step("configure-hosts", run, idempotent=True, timeout=120.0)
 
@@ -145,14 +149,20 @@ def join_workers(job: ClusterJob) -> Step:
         workers = topo.workers
         if not workers:
             raise SkipStep("no worker VNFCs", {"joined": [], "members": []})
-        done = await asyncio.gather(*(kubeadm.joined(shell, topo.main, w) for w in workers))
+        via = await kubeadm.anchor(shell, topo)
+        if via is None:
+            raise TransientStepError("no master of the cluster is ready", step="join-workers")
+        done = await asyncio.gather(*(kubeadm.joined(shell, via, w) for w in workers))
         members = [w.name for w, ok in zip(workers, done, strict=True) if ok]
         todo = [w for w, ok in zip(workers, done, strict=True) if not ok]
         if not todo:
             raise SkipStep("every worker is already a member", {"joined": [], "members": members})
-        data = await kubeadm.join_data(shell, topo.main, step="join-workers")
+        data = await kubeadm.join_data(shell, via, step="join-workers")
         outcomes = await asyncio.gather(
-            *(kubeadm.join_worker(shell, topo, w, data, step="join-workers") for w in todo),
+            *(
+                kubeadm.join_worker(shell, topo, w, data, via=via, step="join-workers")
+                for w in todo
+            ),
             return_exceptions=True,
         )
         errors = [o for o in outcomes if isinstance(o, BaseException)]
@@ -229,8 +239,12 @@ def register_vim(job: ClusterJob) -> Step:
     return Step("register-vim", run, idempotent=True, timeout=120.0)
 
 
-def _has_entry(instance: dict[str, Any], endpoint: str) -> bool:
-    """Whether ``vimConnectionInfo`` already holds a Kubernetes entry for ``endpoint``."""
+def _has_entry(instance: dict[str, Any], endpoint: str, ca: str | None) -> bool:
+    """Whether ``vimConnectionInfo`` already holds our entry for ``endpoint`` and ``ca``.
+
+    An entry for the endpoint that names another CA is a cluster built before
+    (a whole-VNF heal keeps the addresses but makes a new CA and token): not ours.
+    """
     info = instance.get("vimConnectionInfo") or {}
     entries = info.values() if isinstance(info, dict) else info
     for entry in entries:
@@ -238,7 +252,10 @@ def _has_entry(instance: dict[str, Any], endpoint: str) -> bool:
             continue
         interface = entry.get("interfaceInfo") or {}
         access = entry.get("accessInfo") or {}
-        if endpoint in (interface.get("endpoint"), access.get("authUrl")):
+        if endpoint not in (interface.get("endpoint"), access.get("authUrl")):
+            continue
+        known = interface.get("ssl_ca_cert")
+        if not ca or not known or known.strip() == ca.strip():
             return True
     return False
 
@@ -250,10 +267,194 @@ def write_back(job: ClusterJob) -> Step:
         tacker = ctx.services.need_tacker()
         endpoint = job.topology(ctx).endpoint
         instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
-        if _has_entry(instance, endpoint):
+        ca = (ctx.results.get("cluster-access") or {}).get("sslCaCert")
+        if _has_entry(instance, endpoint, ca):
             raise SkipStep(f"vimConnectionInfo already has {endpoint}", {"endpoint": endpoint})
         access = await _access(job, ctx, "write-back")
         occ_id = await tacker.write_back(ctx.vnf_instance_id, access, api=job.api)
         return {"endpoint": endpoint, "modifyOpOccId": occ_id}
 
     return Step("write-back", run, idempotent=True, timeout=300.0)
+
+
+# ------------------------------------------------------------------ day 2
+#
+# SCALE and HEAL converge the cluster on what Tacker's VNFCs now are: the
+# ``discover`` step (survey_nodes) compares them with the inventory stored by the
+# last operation, and the steps below retire what left or was rebuilt, join
+# what is new, and end by making the inventory and the cluster's Node list
+# agree with Tacker (reconcile_membership). Every one of them reads the cluster
+# first, so an operation whose events came late, twice or out of order
+# converges all the same.
+
+
+def _changes(ctx: JobContext) -> dict[str, Any]:
+    found = ctx.results.get(DISCOVER) or {}
+    changes: dict[str, Any] = found.get("changes") or {}
+    return changes
+
+
+def survey_nodes(job: ClusterJob) -> Step:
+    """The nodes now (Tacker's VNFCs, Heat, Nova) and how they differ from the inventory.
+
+    The inventory is not changed here (``reconcile-membership`` does it last), so
+    a rerun of this step after a crash computes the same differences.
+    """
+
+    async def run(ctx: JobContext) -> dict[str, Any]:
+        tacker = ctx.services.need_tacker()
+        instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
+        topo = await discover(instance, await job.params(ctx), ctx.services.need_openstack())
+        before = {n.name: n for n in await ctx.services.need_inventory().nodes(ctx.vnf_instance_id)}
+        now = {n.name: n for n in topo.nodes}
+        return {
+            **topo.as_json(),
+            "changes": {
+                "added": sorted(set(now) - set(before)),
+                "replaced": sorted(
+                    n for n in now if n in before and before[n].vnfc_id != now[n].vnfc_id
+                ),
+                "departed": [before[n].as_json() for n in sorted(set(before) - set(now))],
+            },
+        }
+
+    return Step(DISCOVER, run, idempotent=True, timeout=120.0)
+
+
+def retire_nodes(job: ClusterJob) -> Step:
+    """Forget, in the cluster, the nodes whose VM is gone or was rebuilt.
+
+    For each: its API server leaves the other masters' haproxy backends (HA), its
+    Node object is deleted and, for a master, its etcd member removed (kubeadm
+    never removes one; a rebuilt master could not join beside its old member).
+    A rebuilt VM is recognised by its missing install (same name, new VNFC).
+    With no surviving master the whole cluster is being rebuilt: nothing to
+    retire. A single master rebuilt under surviving workers is refused, as
+    Tacker's driver refuses it: the cluster's state went with it.
+    """
+
+    async def run(ctx: JobContext) -> dict[str, Any]:
+        topo, shell, changes = job.topology(ctx), await job.shell(ctx), _changes(ctx)
+        departed = [ClusterNode.from_json(n) for n in changes.get("departed", ())]
+        rebuilt = [
+            topo.node(name)
+            for name in changes.get("replaced", ())
+            if not await kubeadm.is_installed(shell, topo.node(name))
+        ]
+        gone = departed + rebuilt
+        if not gone:
+            raise SkipStep("no node left or was rebuilt", {"retired": []})
+        names = {n.name for n in gone}
+        via = await kubeadm.anchor(shell, topo, exclude=names)
+        if via is None:
+            survivors = [
+                n
+                for n in topo.nodes
+                if n.name not in names and await kubeadm.is_installed(shell, n)
+            ]
+            if survivors:
+                raise PermanentStepError(
+                    "no master survives to keep the cluster (a single master was rebuilt under "
+                    f"{', '.join(n.name for n in survivors)}): heal the whole VNF instead",
+                    step="retire-nodes",
+                )
+            raise SkipStep("no node survives: the cluster is rebuilt", {"retired": []})
+        masters = [m for m in topo.masters if m.name not in names]
+        done: dict[str, Any] = {"retired": [], "etcdMembers": [], "haproxy": []}
+        for node in gone:
+            if node.role == "master" and topo.ha:
+                for m in masters:
+                    if await haproxy.remove_backend(shell, m, node.name, step="retire-nodes"):
+                        done["haproxy"].append(f"{m.name}-{node.name}")
+            await kubectl.delete_node(shell, via, node.name, step="retire-nodes")
+            if node.role == "master":
+                member = await etcd.remove_etcd_member(shell, via, node, step="retire-nodes")
+                if member:
+                    done["etcdMembers"].append(member)
+            done["retired"].append(node.name)
+        return done
+
+    return Step("retire-nodes", run, idempotent=True, timeout=job.settings.kubectl_timeout * 6)
+
+
+def converge_masters(job: ClusterJob) -> StepsFor:
+    """``join-master-<node>`` per master, in order: skipped when it is a member; else it
+    joins the control plane through a surviving master, or, when none survives (a
+    whole-VNF heal), the first one inits a new cluster and the others join it."""
+
+    def one(node: ClusterNode) -> Step:
+        name = f"join-master-{node.name}"
+
+        async def run(ctx: JobContext) -> dict[str, Any]:
+            shell, topo = await job.shell(ctx), job.topology(ctx)
+            if await kubeadm.joined(shell, node, node):
+                raise SkipStep(f"{node.name} is a member of the cluster", {"node": node.name})
+            via = await kubeadm.anchor(shell, topo, exclude={node.name})
+            if via is None:
+                report = await kubeadm.init_main_master(shell, topo, main=node, step=name)
+                return {"node": node.name, "init": True, "server": report.server}
+            await kubeadm.join_control_plane(shell, topo, node, via=via, step=name)
+            return {"node": node.name, "joined": True, "via": via.name}
+
+        return Step(name, run, idempotent=True, timeout=job.settings.install_timeout + 120.0)
+
+    def expand(found: dict[str, Any]) -> list[Step]:
+        return [one(m) for m in Topology.from_json(found).masters]
+
+    return StepsFor("join-master-<node>", DISCOVER, expand)
+
+
+def haproxy_backends(job: ClusterJob) -> Step:
+    """HA: every master's haproxy sends API requests to exactly the cluster's masters."""
+
+    async def run(ctx: JobContext) -> dict[str, Any]:
+        topo, shell = job.topology(ctx), await job.shell(ctx)
+        if not topo.ha:
+            raise SkipStep("one master: no haproxy", {"changed": []})
+        names = {m.name for m in topo.masters}
+        changed = []
+        for master in topo.masters:
+            for other in topo.masters:
+                if await haproxy.add_backend(shell, master, other, step="haproxy-backends"):
+                    changed.append(f"{master.name}+{other.name}")
+            for stale in set(await haproxy.backends(shell, master)) - names:
+                if await haproxy.remove_backend(shell, master, stale, step="haproxy-backends"):
+                    changed.append(f"{master.name}-{stale}")
+        if not changed:
+            raise SkipStep("every master's backends are the masters", {"changed": []})
+        return {"changed": changed}
+
+    return Step("haproxy-backends", run, idempotent=True, timeout=120.0)
+
+
+def reconcile_membership(job: ClusterJob) -> Step:
+    """Tacker's VNFCs, the cluster's Nodes and our inventory agree at the end of every day-2 job.
+
+    Node objects no VNFC stands for (a missed SCALE_IN, a node renamed by a
+    whole-VNF heal) are deleted, with their etcd member if they were control
+    plane; the inventory becomes the discovered nodes.
+    """
+
+    async def run(ctx: JobContext) -> dict[str, Any]:
+        topo, shell = job.topology(ctx), await job.shell(ctx)
+        via = await kubeadm.anchor(shell, topo)
+        if via is None:
+            raise TransientStepError(
+                "no master of the cluster answers", step="reconcile-membership"
+            )
+        expected = {n.name for n in topo.nodes}
+        present = await kubectl.node_names(shell, via, step="reconcile-membership")
+        strays = sorted(present - expected)
+        for name in strays:
+            gone = ClusterNode(name=name, role="worker", vnfc_id="", nic_ip="", ssh_ip="")
+            if await kubectl.is_control_plane(shell, via, name) and topo.ha:
+                await etcd.remove_etcd_member(shell, via, gone, step="reconcile-membership")
+            await kubectl.delete_node(shell, via, name, step="reconcile-membership")
+        await ctx.services.need_inventory().replace(ctx.vnf_instance_id, topo.nodes)
+        return {
+            "nodes": sorted(expected),
+            "removedStrays": strays,
+            "missing": sorted(expected - present),
+        }
+
+    return Step("reconcile-membership", run, idempotent=True, timeout=120.0)

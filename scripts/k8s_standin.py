@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Stand-in ``kubeadm`` and ``kubectl`` for the sshd test hosts.
+"""Stand-in ``kubeadm``, ``kubectl`` and ``etcdctl`` for the sshd test hosts.
 
 Runs with the system ``/usr/bin/python3`` (the hosts' private /root hides any
 other Python). Invoked as ``k8s_standin.py kubeadm|kubectl ARGS...`` by the
@@ -17,7 +17,12 @@ Behaviour follows real kubeadm/kubectl where the cluster flow depends on it:
 ``init`` refuses to run twice, joins check the endpoint, token, CA hash and
 (for control-plane joins) the uploaded certificate key and a stable
 control-plane endpoint; kubectl needs a kubeconfig; errors go to stderr with a
-non-zero exit.
+non-zero exit. etcd membership is modelled as kubeadm makes it: ``init`` and
+control-plane joins add the node's member, a control-plane join fails while a
+member of the same name or peer address is still there (a rebuilt master whose
+old member was not removed), ``reset`` removes it, and ``etcdctl member
+list -w json`` / ``member remove ID`` (run on a control-plane host) read and
+change it.
 """
 
 from __future__ import annotations
@@ -240,6 +245,50 @@ def join_command(cluster: dict[str, Any], token: str) -> str:
     )
 
 
+def add_etcd_member(state: dict[str, Any], name: str, address: str) -> None:
+    state.setdefault("etcd", {})[name] = {
+        "ID": secrets.randbits(63),
+        "name": name,
+        "peerURLs": [f"https://{address}:2380"],
+        "clientURLs": [f"https://{address}:2379"],
+    }
+
+
+def etcd_member_of(state: dict[str, Any], name: str, address: str) -> dict[str, Any] | None:
+    for member in state.get("etcd", {}).values():
+        if member["name"] == name or f"https://{address}:2380" in member["peerURLs"]:
+            return dict(member)
+    return None
+
+
+def etcdctl(args: list[str]) -> str:
+    need_root()
+    if not os.path.exists(f"{ETC}/manifests/etcd.yaml"):
+        raise Fail(
+            '{"level":"warn","msg":"retrying of unary invoker failed","error":"rpc error: '
+            'code = DeadlineExceeded desc = latest balancer error: connection refused"}'
+        )
+    pos = positionals(args, {"-w", "--write-out", "--endpoints", "--cacert", "--cert", "--key"})
+    with locked_state(write=pos[:2] == ["member", "remove"]) as state:
+        members = state.get("etcd", {})
+        if pos[:2] == ["member", "list"]:
+            listed = sorted(members.values(), key=lambda m: m["ID"])
+            if (opt(args, "-w") or opt(args, "--write-out")) == "json":
+                return json.dumps({"header": {"cluster_id": 1}, "members": listed}) + "\n"
+            return "".join(
+                f"{m['ID']:x}, started, {m['name']}, {m['peerURLs'][0]}, "
+                f"{m['clientURLs'][0]}, false\n"
+                for m in listed
+            )
+        if pos[:2] == ["member", "remove"] and len(pos) == 3:
+            for name, member in list(members.items()):
+                if f"{member['ID']:x}" == pos[2].lower():
+                    del members[name]
+                    return f"Member {pos[2]} removed from cluster 1\n"
+            raise Fail(f"Error: etcdserver: member not found ({pos[2]})")
+    raise Fail("stand-in etcdctl supports: member list [-w json], member remove ID")
+
+
 # ---------------------------------------------------------------- kubeadm
 
 
@@ -303,6 +352,7 @@ def kubeadm_init(args: list[str]) -> str:
         state["certificate_key"] = secrets.token_hex(32) if flag(args, "--upload-certs") else None
         state["objects"] = {}
         add_node(state, name, address, control_plane=True)
+        add_etcd_member(state, name, address)
         write_node_files(state, control_plane=True)
         cert_key = state["certificate_key"]
     out = [
@@ -468,11 +518,18 @@ def kubeadm_join(args: list[str]) -> str:
                 'status "Ready" already exists in the cluster. You must delete the '
                 "existing Node or change the name of this new joining Node"
             )
+        if control_plane and etcd_member_of(state, name, address) is not None:
+            raise Fail(
+                "error execution phase control-plane-join/etcd: error creating local etcd "
+                f"static pod manifest file: etcdserver: Peer URLs already exists ({address})"
+            )
     delay = join_delay()
     if delay > 0:
         time.sleep(delay)  # the artificial cost of a join, outside the lock
     with locked_state() as state:
         add_node(state, name, address, control_plane=control_plane)
+        if control_plane:
+            add_etcd_member(state, name, address)
         write_node_files(state, control_plane=control_plane)
     if control_plane:
         return (
@@ -509,6 +566,8 @@ def kubeadm_reset(args: list[str]) -> str:
             os.unlink(path)
     with locked_state() as state:
         nodes = state.get("nodes", {})
+        if was_cp:
+            state.get("etcd", {}).pop(name, None)
         if was_cp and name in nodes:
             # Like kubeadm: a control plane leaves etcd; its Node object stays NotReady.
             nodes[name]["ready"] = False
@@ -862,13 +921,14 @@ def create_objects(state: dict[str, Any], docs: list[dict[str, Any]], verb: str)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[1] not in ("kubeadm", "kubectl"):
-        sys.stderr.write("usage: k8s_standin.py kubeadm|kubectl ARGS...\n")
+    tools = {"kubeadm": kubeadm, "kubectl": kubectl, "etcdctl": etcdctl}
+    if len(argv) < 2 or argv[1] not in tools:
+        sys.stderr.write("usage: k8s_standin.py kubeadm|kubectl|etcdctl ARGS...\n")
         return 2
     tool, args = argv[1], argv[2:]
     code = 0
     try:
-        text = kubeadm(args) if tool == "kubeadm" else kubectl(args)
+        text = tools[tool](args)
         sys.stdout.write(text)
     except Fail as exc:
         sys.stderr.write(str(exc) + "\n")

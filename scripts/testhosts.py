@@ -54,6 +54,7 @@ __all__ = [
     "destroy",
     "destroy_all",
     "reset_cluster",
+    "wipe_host",
 ]
 
 SUBNET = ipaddress.ip_network("10.77.0.0/24")
@@ -248,7 +249,7 @@ def _write_standins(bed: TestBed) -> Path:
     # host replaces with a private one, so the repository path is not visible there.
     standin = bin_dir / STANDIN.name
     shutil.copyfile(STANDIN, standin)
-    for tool in ("kubeadm", "kubectl"):
+    for tool in ("kubeadm", "kubectl", "etcdctl"):
         script = bin_dir / tool
         script.write_text(
             f"#!/bin/sh\nLCCN_STANDIN_DIR='{bed.cluster_dir}' "
@@ -503,16 +504,25 @@ def reset_cluster(bed: TestBed) -> None:
         path = bed.cluster_dir / name
         path.write_text("")
     for host in bed.hosts:
-        host_dir = bed.root / "hosts" / host.name
-        for private in (host_dir / "fs").iterdir():
-            for entry in private.iterdir():
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
-        (host_dir / "hosts").write_text(
-            f"127.0.0.1 localhost\n127.0.1.1 {host.name}\n{host.address} {host.name}\n"
-        )
+        wipe_host(bed, host)
+
+
+def wipe_host(bed: TestBed, host: TestHost) -> None:
+    """What deleting or rebuilding a host's VM does to it: its private files are gone.
+
+    The stand-in cluster keeps whatever it knew of the host (its Node object,
+    its etcd member), as a real cluster does when a VM disappears.
+    """
+    host_dir = bed.root / "hosts" / host.name
+    for private in (host_dir / "fs").iterdir():
+        for entry in private.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    (host_dir / "hosts").write_text(
+        f"127.0.0.1 localhost\n127.0.1.1 {host.name}\n{host.address} {host.name}\n"
+    )
 
 
 def _save_meta(bed: TestBed) -> None:

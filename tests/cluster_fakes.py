@@ -45,6 +45,12 @@ class FakeTacker:
         self.gets += 1
         return self.op_occs[op_occ_id]
 
+    async def list_op_occs(self, filter: str | None = None) -> list[dict[str, Any]]:
+        """Only the filter the handlers use: ``(eq,vnfInstanceId,X);(eq,operation,Y)``."""
+        self.gets += 1
+        wanted = dict(part.strip("()").split(",")[1:] for part in (filter or "").split(";") if part)
+        return [o for o in self.op_occs.values() if all(o.get(k) == v for k, v in wanted.items())]
+
     async def write_back(
         self, vnf_instance_id: str, access: KubernetesAccess, *, api: str = "v2"
     ) -> str:
@@ -215,3 +221,72 @@ def with_services(plan: Plan, services: Services) -> Plan:
         return replace(item, expand=lambda found, f=item.expand: [wrap(s) for s in f(found)])
 
     return Plan(tuple(wrap_item(i) for i in plan.items))
+
+
+def _vnfcs(tacker: FakeTacker, instance_id: str) -> list[dict[str, Any]]:
+    vnfcs: list[dict[str, Any]] = tacker.instances[instance_id]["instantiatedVnfInfo"][
+        "vnfcResourceInfo"
+    ]
+    return vnfcs
+
+
+def _vnfc_at(
+    tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str
+) -> dict[str, Any]:
+    for vnfc in _vnfcs(tacker, instance_id):
+        cp = vnfc["vnfcCpInfo"][0]["cpdId"]
+        if ip in openstack.ports[(vnfc["metadata"]["stack_id"], cp)].fixed_ips:
+            return vnfc
+    raise KeyError(ip)
+
+
+def add_worker(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
+    """SCALE_OUT as Tacker shows it: a new worker VNFC (its own stack and server), first."""
+    stack, server, vnfc_id = f"vnf-{instance_id}-workerNode-{uid()}/{uid()}", uid(), uid()
+    _vnfcs(tacker, instance_id).insert(
+        0,
+        {
+            "id": vnfc_id,
+            "vduId": "workerNode",
+            "computeResource": {"resourceId": server, "vimLevelResourceType": "OS::Nova::Server"},
+            "vnfcCpInfo": [{"id": uid(), "cpdId": WORKER_CP}],
+            "metadata": {"stack_id": stack},
+        },
+    )
+    openstack.ports[(stack, WORKER_CP)] = PortAddresses((ip,))
+    openstack.hosts[server] = "compute-9"
+    return vnfc_id
+
+
+def remove_vnfc(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
+    """SCALE_IN as Tacker shows it: the VNFC at ``ip`` and its stack are gone."""
+    vnfc = _vnfc_at(tacker, openstack, instance_id, ip)
+    _vnfcs(tacker, instance_id).remove(vnfc)
+    del openstack.ports[(vnfc["metadata"]["stack_id"], vnfc["vnfcCpInfo"][0]["cpdId"])]
+    return str(vnfc["id"])
+
+
+def rebuild_vnfc(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
+    """HEAL of one VNFC as Tacker shows it: a new server (new VNFC id), same stack and port."""
+    vnfc = _vnfc_at(tacker, openstack, instance_id, ip)
+    server = uid()
+    vnfc["id"] = uid()
+    vnfc["computeResource"] = {**vnfc["computeResource"], "resourceId": server}
+    openstack.hosts[server] = "compute-8"
+    return str(vnfc["id"])
+
+
+def lcm_op_occ(
+    tacker: FakeTacker, instance_id: str, operation: str, params: dict[str, Any] | None = None
+) -> str:
+    """A COMPLETED op-occ of ``operation``; without ``params`` its request repeats none
+    (Tacker's bed sends scale and heal requests so)."""
+    occ_id = uid()
+    tacker.op_occs[occ_id] = {
+        "id": occ_id,
+        "operation": operation,
+        "operationState": "COMPLETED",
+        "vnfInstanceId": instance_id,
+        "operationParams": {"additionalParams": params} if params else {},
+    }
+    return occ_id

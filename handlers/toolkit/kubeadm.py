@@ -10,6 +10,7 @@ every message masks them, and returned to the caller in memory only.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pydantic import SecretStr
@@ -25,6 +26,7 @@ from subscriber.kernel.ports import ClusterNode
 __all__ = [
     "CA_HASH",
     "JoinData",
+    "anchor",
     "certificate_key",
     "init_main_master",
     "install_command",
@@ -74,6 +76,23 @@ async def joined(shell: NodeShell, via: ClusterNode, node: ClusterNode) -> bool:
     return await is_member(shell, via, node.name) and await is_installed(shell, node)
 
 
+async def anchor(
+    shell: NodeShell, topo: Topology, *, exclude: Collection[str] = ()
+) -> ClusterNode | None:
+    """The first master (in the topology's order) that is a member and finished its install.
+
+    The master day-2 operations ask and join through: after a heal it may not
+    be the topology's main master.
+
+    Arguments:
+        exclude: names of masters not to consider (those being replaced).
+    """
+    for master in topo.masters:
+        if master.name not in exclude and await joined(shell, master, master):
+            return master
+    return None
+
+
 async def join_data(shell: NodeShell, via: ClusterNode, *, step: str | None = None) -> JoinData:
     """A fresh bootstrap token and the CA public-key hash, from master ``via``.
 
@@ -110,17 +129,26 @@ async def certificate_key(
     return SecretStr(lines[-1].strip())
 
 
-def _cluster_args(shell: NodeShell, topo: Topology) -> list[str]:
+def _cluster_args(shell: NodeShell, topo: Topology, first: ClusterNode) -> list[str]:
+    """``-m`` lists ``first`` first: the script makes the first master the one that inits."""
     p = shell.params
-    masters = ",".join(m.nic_ip for m in topo.masters)
+    ordered = [first, *(m for m in topo.masters if m.name != first.name)]
+    masters = ",".join(m.nic_ip for m in ordered)
     return ["-m", masters, "-i", topo.cluster_ip, "-p", p.pod_cidr, "-a", p.service_cidr]
 
 
 async def init_main_master(
-    shell: NodeShell, topo: Topology, *, step: str | None = None
+    shell: NodeShell,
+    topo: Topology,
+    *,
+    main: ClusterNode | None = None,
+    step: str | None = None,
 ) -> InstallReport:
     """``kubeadm init`` on the main master through the install script (not idempotent alone:
     guard it with :func:`joined`).
+
+    Arguments:
+        main: the master that inits (default: the topology's main master).
 
     Returns:
         What the script printed: server URL, CA, its hash (the token and
@@ -130,10 +158,10 @@ async def init_main_master(
         CommandFailed: the script failed; PermanentStepError: its output
             lacks the lines the caller needs.
     """
-    main = topo.main
+    main = main or topo.main
     result = await shell.run(
         main,
-        install_command(*_cluster_args(shell, topo)),
+        install_command(*_cluster_args(shell, topo, main)),
         timeout=shell.settings.install_timeout,
         env=script_env(shell, topo, main),
     )
@@ -155,7 +183,9 @@ async def join_control_plane(
     """Join ``node`` as a control-plane member (HA): fresh token, CA hash, certificate key.
 
     Arguments:
-        via: the master that hands out the join data (default: the main master).
+        via: a master of the cluster that hands out the join data (default: the
+            main master); it comes first in the script's master list, so ``node``
+            joins even when it is the topology's main master (healed).
 
     Raises:
         CommandFailed: kubeadm or the script failed.
@@ -164,7 +194,7 @@ async def join_control_plane(
     data = await join_data(shell, via, step=step)
     token = data.token.get_secret_value()
     key = (await certificate_key(shell, via, secrets=(token,), step=step)).get_secret_value()
-    args = [*_cluster_args(shell, topo), "-t", token, "-s", data.ca_hash, "-k", key]
+    args = [*_cluster_args(shell, topo, via), "-t", token, "-s", data.ca_hash, "-k", key]
     result = await shell.run(
         node,
         install_command(*args),

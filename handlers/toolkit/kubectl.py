@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import shlex
 import time
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ __all__ = [
     "delete_node",
     "drain_node",
     "ensure_admin_token",
+    "is_control_plane",
     "is_member",
     "label_node",
     "node_names",
@@ -51,6 +53,21 @@ async def is_member(shell: NodeShell, via: ClusterNode, name: str) -> bool:
     """Whether a Node called ``name`` exists (asked on ``via``)."""
     result = await shell.run(via, shell.kubectl(f"get node {shlex.quote(name)} -o name"))
     return result.ok
+
+
+async def is_control_plane(shell: NodeShell, via: ClusterNode, name: str) -> bool:
+    """Whether Node ``name`` carries a control-plane role label (``master`` on old clusters)."""
+    result = await shell.run(via, shell.kubectl(f"get node {shlex.quote(name)} -o json"))
+    if not result.ok:
+        return False
+    try:
+        labels = json.loads(result.stdout).get("metadata", {}).get("labels", {}) or {}
+    except ValueError:
+        return False
+    return any(
+        key in labels
+        for key in ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+    )
 
 
 async def label_node(

@@ -2,7 +2,10 @@
 
 Parameters come from the op-occ at hand (``GET vnf_lcm_op_occs/{id}``,
 ``operationParams.additionalParams``), else from the parameters the instance
-saved at instantiation (v1 behaviour for scale/heal requests that omit them).
+saved at instantiation (v1: ``instantiatedVnfInfo.additionalParams``), else from
+the instance's last completed INSTANTIATE op-occ (v2 keeps no instantiation
+parameters on the instance; Tacker's own v2 driver makes every scale and heal
+request repeat them, we do not).
 They hold passwords: keep them in memory, never in a step result or a log.
 """
 
@@ -42,6 +45,20 @@ def _mapping(data: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any] | 
     return data if isinstance(data, Mapping) else None
 
 
+async def _instantiate_params(tacker: TackerApi, vnf_instance_id: str) -> Mapping[str, Any] | None:
+    """additionalParams of the instance's newest COMPLETED INSTANTIATE op-occ."""
+    occs = await tacker.list_op_occs(
+        f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,INSTANTIATE)"
+    )
+    done = [o for o in occs if o.get("operationState") == "COMPLETED"]
+    done.sort(key=lambda o: str(o.get("stateEnteredTime") or o.get("startTime") or ""))
+    for occ in reversed(done):
+        params = _mapping(occ, "operationParams", "additionalParams")
+        if params and PARAM_KEY in params:
+            return params
+    return None
+
+
 async def load_params(
     tacker: TackerApi, notification: VnfLcmOperationOccurrenceNotification
 ) -> K8sClusterInstallationParams:
@@ -66,6 +83,8 @@ async def load_params(
         saved = _mapping(instance, "instantiatedVnfInfo", "additionalParams") or _mapping(
             instance, "additionalParams"
         )
+        if (not saved or PARAM_KEY not in saved) and n.operation.value != "INSTANTIATE":
+            saved = await _instantiate_params(tacker, n.vnfInstanceId)
         if not saved or PARAM_KEY not in saved:
             raise PermanentStepError(
                 f"neither the {n.operation.value} request ({n.vnfLcmOpOccId}) nor the "

@@ -59,6 +59,10 @@ class TackerApi(Protocol):
         """``GET vnf_lcm_op_occs/{id}``; ``operationParams.additionalParams`` hold our params."""
         ...
 
+    async def list_op_occs(self, filter: str | None = None) -> list[dict[str, Any]]:
+        """``GET vnf_lcm_op_occs?filter=...`` (every page)."""
+        ...
+
     async def write_back(
         self, vnf_instance_id: str, access: KubernetesAccess, *, api: ApiVersion = "v2"
     ) -> str:

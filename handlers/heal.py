@@ -1,0 +1,53 @@
+"""HEAL: the cluster takes back the VNFCs Tacker rebuilt (``heal_start`` + ``heal_end``).
+
+``HEAL / STARTING`` -> :class:`~handlers.validate.ValidateParams`.
+
+``HEAL / COMPLETED`` -> :class:`HealCluster`. A rebuilt VNFC keeps its address
+(and so its node name) but its VM is new: its old Node object, etcd member and
+haproxy backends are retired through a surviving master, then a worker joins
+again and a master joins the control plane with a fresh certificate key, and
+every master's haproxy sends to the masters again. A whole-VNF heal leaves no
+master: the cluster is built anew as on INSTANTIATE, and a new
+``vimConnectionInfo`` entry (new CA and token) is written back. Healing the
+master of a single-master cluster whose workers survive is refused, as Tacker's
+driver refuses it. The job ends by making the cluster, the inventory and
+Tacker's VNFCs agree.
+"""
+
+from __future__ import annotations
+
+from handlers import steps
+from handlers.job import ClusterJob
+from schemas import Notification
+from subscriber.config import ClusterSettings
+from subscriber.kernel import Plan
+
+__all__ = ["HealCluster"]
+
+
+class HealCluster:
+    """``HEAL / COMPLETED``."""
+
+    name = "cluster-heal"
+
+    def __init__(self, settings: ClusterSettings | None = None) -> None:
+        self.settings = settings or ClusterSettings()
+
+    def plan(self, notification: Notification) -> Plan:
+        job = ClusterJob(self.settings, notification)
+        return Plan(
+            (
+                steps.load_params(job),
+                steps.survey_nodes(job),
+                steps.retire_nodes(job),
+                steps.upload_scripts(job),
+                steps.configure_hosts(job),
+                steps.converge_masters(job),
+                steps.join_workers(job),
+                steps.haproxy_backends(job),
+                steps.admin_token(job),
+                steps.cluster_access(job),
+                steps.write_back(job),
+                steps.reconcile_membership(job),
+            )
+        )

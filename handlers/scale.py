@@ -1,0 +1,46 @@
+"""SCALE: the cluster follows the worker VNFCs Tacker added or removed (``scale_end``).
+
+``SCALE / STARTING`` -> :class:`~handlers.validate.ValidateParams`: the parameters
+(from the request, or the instance's INSTANTIATE) are there and valid.
+
+``SCALE / COMPLETED`` -> :class:`ScaleCluster`, for SCALE_OUT and SCALE_IN alike:
+the nodes now are compared with the inventory; nodes whose VNFC is gone are
+deleted (drained before, by the management-driver hook, when the VNF package
+has it: see the README), new workers get the scripts and /etc/hosts and join in
+parallel with a fresh token, every node's /etc/hosts names exactly the
+cluster's nodes, and the job ends by making the cluster, the inventory and
+Tacker's VNFCs agree.
+"""
+
+from __future__ import annotations
+
+from handlers import steps
+from handlers.job import ClusterJob
+from schemas import Notification
+from subscriber.config import ClusterSettings
+from subscriber.kernel import Plan
+
+__all__ = ["ScaleCluster"]
+
+
+class ScaleCluster:
+    """``SCALE / COMPLETED``."""
+
+    name = "cluster-scale"
+
+    def __init__(self, settings: ClusterSettings | None = None) -> None:
+        self.settings = settings or ClusterSettings()
+
+    def plan(self, notification: Notification) -> Plan:
+        job = ClusterJob(self.settings, notification)
+        return Plan(
+            (
+                steps.load_params(job),
+                steps.survey_nodes(job),
+                steps.retire_nodes(job),
+                steps.upload_scripts(job),
+                steps.configure_hosts(job),
+                steps.join_workers(job),
+                steps.reconcile_membership(job),
+            )
+        )
