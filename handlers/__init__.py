@@ -10,6 +10,6 @@ Handler authors import the kernel (``Plan``, ``Step``, ``JobContext``,
 ``HandlerRegistry`` ...) from :mod:`subscriber.kernel`.
 """
 
-from handlers.routes import cluster_routes, default_registry
+from handlers.routes import cluster_routes, default_registry, registry_for, services_configured
 
-__all__ = ["cluster_routes", "default_registry"]
+__all__ = ["cluster_routes", "default_registry", "registry_for", "services_configured"]

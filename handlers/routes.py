@@ -8,16 +8,18 @@ claims goes to the ``log`` handler (op-occ notifications only).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.log import LogHandler
 from handlers.scale import ScaleCluster
 from handlers.terminate import TerminateCluster
 from handlers.validate import ValidateParams
-from subscriber.config import ClusterSettings
+from subscriber.config import ClusterSettings, Settings
 from subscriber.kernel import HandlerRegistry, Route
 
-__all__ = ["cluster_routes", "default_registry"]
+__all__ = ["cluster_routes", "default_registry", "registry_for", "services_configured"]
 
 
 def cluster_routes(settings: ClusterSettings | None = None) -> tuple[Route, ...]:
@@ -56,3 +58,25 @@ def default_registry(
         registry.add_routes(cluster_routes(cluster))
     registry.add_routes((Route(None, None, LogHandler()),))
     return registry
+
+
+def services_configured(settings: Settings) -> frozenset[str]:
+    """The clients ``serve`` builds from ``settings`` (``tacker``, ``openstack``)."""
+    names = {"tacker"} if settings.tacker.configured else set()
+    if settings.openstack.enabled:
+        names.add("openstack")
+    return frozenset(names)
+
+
+def registry_for(settings: Settings, configured: Collection[str]) -> HandlerRegistry:
+    """What ``serve`` routes: the cluster routes when ``cluster.handlers`` is ``on``, or
+    ``auto`` with both Tacker and OpenStack among the ``configured`` clients.
+
+    Raises:
+        ConfigError: a handler module cannot be imported or has no ``register``.
+    """
+    mode = settings.cluster.handlers
+    cluster_on = mode == "on" or (mode == "auto" and {"tacker", "openstack"} <= set(configured))
+    return default_registry(
+        settings.handlers.modules, cluster=settings.cluster, cluster_handlers=cluster_on
+    )

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from handlers import default_registry
+from handlers import registry_for
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.health import CheckResult, Health
@@ -72,13 +72,7 @@ class Service(Component):
         )
         self.services = own.merged(given)
         self._owned: list[Any] = [c for c in (self.ssh, self.openstack, self.tacker) if c]
-        mode = settings.cluster.handlers
-        cluster_handlers = mode == "on" or (
-            mode == "auto" and {"tacker", "openstack"} <= self.services.configured()
-        )
-        self.registry = registry or default_registry(
-            settings.handlers.modules, cluster=settings.cluster, cluster_handlers=cluster_handlers
-        )
+        self.registry = registry or registry_for(settings, self.services.configured())
         self.echo = EchoFilter(self.store.tacker, settings.tacker, self.tacker)
         self.runner = Runner(
             self.store,

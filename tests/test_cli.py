@@ -151,3 +151,25 @@ def test_missing_config_file_is_a_one_line_error(tmp_path: Path) -> None:
         out.stderr.strip()
         == f"lccn-subscriber: error: config file not found: {tmp_path / 'nope.yaml'}"
     )
+
+
+def test_handlers_list_prints_the_routing_table() -> None:
+    shown = cli("handlers", "list", "--format", "json", env={"LCCN_CLUSTER__HANDLERS": "on"})
+    assert shown.returncode == 0, shown.stderr
+    rows = {(r["operation"], r["state"]): r for r in json.loads(shown.stdout)}
+    assert rows[("INSTANTIATE", "COMPLETED")]["handler"] == "cluster-instantiate"
+    assert rows[("SCALE", "COMPLETED")]["handler"] == "cluster-scale"
+    assert rows[("HEAL", "COMPLETED")]["handler"] == "cluster-heal"
+    assert rows[("HEAL", "STARTING")]["steps"] == ["validate-params"]
+    assert rows[("*", "*")]["handler"] == "log"
+    heal = rows[("HEAL", "COMPLETED")]["steps"]
+    assert heal[:3] == ["load-params", "discover", "retire-nodes"]
+    assert "join-master-<node>" in heal and heal[-1] == "reconcile-membership"
+    # Without Tacker and OpenStack configured (auto), only the log handler routes.
+    plain = cli("handlers", "list", "--format", "json")
+    assert [r["handler"] for r in json.loads(plain.stdout)] == ["log"]
+    text = cli("handlers", "list", env={"LCCN_CLUSTER__HANDLERS": "on"}).stdout
+    assert text.splitlines()[0].split() == ["operation", "state", "handler", "steps"]
+    bad = cli("handlers", "list", env={"LCCN_HANDLERS__MODULES": '["no_such_module"]'})
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "no_such_module" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

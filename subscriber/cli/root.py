@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from subscriber.cli import config, db, events, kafka, operate, serve, subscribe
+from subscriber.cli import config, db, events, handlers, kafka, operate, serve, subscribe
 from subscriber.cli.helpers import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -27,8 +27,17 @@ from subscriber.cli.helpers import (
 __all__ = ["GROUPS", "build_parser", "main"]
 
 # serve; events list/show; db upgrade; config show; failed list/show, replay,
-# audit list; kafka status/publish; subscribe, subscriptions list/delete.
-GROUPS: tuple[CommandGroup, ...] = (serve, events, db, config, operate, kafka, subscribe)
+# audit list; kafka status/publish; subscribe, subscriptions list/delete; handlers list.
+GROUPS: tuple[CommandGroup, ...] = (
+    serve,
+    events,
+    db,
+    config,
+    operate,
+    kafka,
+    subscribe,
+    handlers,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
