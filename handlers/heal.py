@@ -44,6 +44,7 @@ class HealCluster:
                 steps.configure_hosts(job),
                 steps.converge_masters(job),
                 steps.join_workers(job),
+                steps.label_workers(job),
                 steps.haproxy_backends(job),
                 steps.admin_token(job),
                 steps.cluster_access(job),

@@ -39,6 +39,7 @@ class InstantiateCluster:
                 steps.init_main_master(job),
                 steps.join_masters(job),
                 steps.join_workers(job),
+                steps.label_workers(job),
                 steps.admin_token(job),
                 steps.cluster_access(job),
                 steps.register_vim(job),

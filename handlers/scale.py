@@ -41,6 +41,7 @@ class ScaleCluster:
                 steps.upload_scripts(job),
                 steps.configure_hosts(job),
                 steps.join_workers(job),
+                steps.label_workers(job),
                 steps.reconcile_membership(job),
             )
         )

@@ -29,6 +29,7 @@ __all__ = [
     "init_main_master",
     "join_masters",
     "join_workers",
+    "label_workers",
     "load_params",
     "register_vim",
     "upload_scripts",
@@ -275,6 +276,42 @@ def write_back(job: ClusterJob) -> Step:
         return {"endpoint": endpoint, "modifyOpOccId": occ_id}
 
     return Step("write-back", run, idempotent=True, timeout=300.0)
+
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+HOST_LABEL = "CIS-node"  # Tacker's pod-affinity label: the worker's compute host
+
+
+def label_workers(job: ClusterJob) -> Step:
+    """Workers in an anti-affinity server group get ``CIS-node=<compute host>`` (Tacker's
+    v1 pod-affinity feature) and, when the parameters ask (``label_zone``),
+    ``topology.kubernetes.io/zone=<availability zone>``, from Nova; values that changed
+    (a healed worker on another host) are overwritten."""
+
+    async def run(ctx: JobContext) -> dict[str, Any]:
+        topo, shell, params = job.topology(ctx), await job.shell(ctx), await job.params(ctx)
+        openstack = ctx.services.need_openstack()
+        via = await kubeadm.anchor(shell, topo)
+        if via is None:
+            raise TransientStepError("no master of the cluster is ready", step="label-workers")
+        labelled: dict[str, dict[str, str]] = {}
+        for worker in topo.workers:
+            if not worker.server_id:
+                continue
+            placement = await openstack.server_placement(worker.server_id)
+            want: dict[str, str | None] = {}
+            if placement.anti_affinity and placement.host:
+                want[HOST_LABEL] = placement.host
+            if params.label_zone and placement.availability_zone:
+                want[ZONE_LABEL] = placement.availability_zone
+            if want:
+                await kubectl.label_node(shell, via, worker.name, want, step="label-workers")
+                labelled[worker.name] = {k: v for k, v in want.items() if v is not None}
+        if not labelled:
+            raise SkipStep("no worker to label", {"labels": {}})
+        return {"labels": labelled}
+
+    return Step("label-workers", run, idempotent=True, timeout=120.0)
 
 
 # ------------------------------------------------------------------ day 2

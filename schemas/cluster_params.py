@@ -186,6 +186,8 @@ class K8sClusterInstallationParams(_Params):
     private_registry_connection_info: list[PrivateRegistryParams] = []
     storage_server: StorageServerParams | None = None
     pv_registration_params: list[PvRegistrationParams] = []
+    # ours: label workers topology.kubernetes.io/zone=<the server's availability zone>
+    label_zone: bool = False
 
     _api: ApiVersion = PrivateAttr(default="v2")
 

@@ -30,7 +30,7 @@ from subscriber.errors import (
     OpenStackRequestFailed,
     OpenStackUnavailable,
 )
-from subscriber.kernel.ports import PortAddresses
+from subscriber.kernel.ports import PortAddresses, ServerPlacement
 from subscriber.lifecycle import Component
 from subscriber.redact import redact_text
 
@@ -193,6 +193,35 @@ class OpenStackClient(Component):
         def get(conn: Any) -> str | None:
             host = conn.compute.get_server(server_id).compute_host
             return str(host) if host else None
+
+        return await self._call(f"Nova server {server_id}", get)
+
+    async def server_placement(self, server_id: str) -> ServerPlacement:
+        """Host, availability zone and anti-affinity of ``server_id`` (Nova; the groups
+        from ``server_groups`` of microversion 2.71, each group's ``policy`` or
+        ``policies``).
+
+        Raises:
+            OpenStackNotFound: no such server.
+            OpenStackUnavailable: OpenStack did not answer (retriable).
+        """
+
+        def get(conn: Any) -> ServerPlacement:
+            server = conn.compute.get_server(server_id)
+            anti = False
+            for group_id in server.server_groups or ():
+                group = conn.compute.get_server_group(group_id)
+                policies = [
+                    getattr(group, "policy", None),
+                    *(getattr(group, "policies", None) or ()),
+                ]
+                anti = anti or "anti-affinity" in policies
+            host, zone = server.compute_host, server.availability_zone
+            return ServerPlacement(
+                host=str(host) if host else None,
+                availability_zone=str(zone) if zone else None,
+                anti_affinity=anti,
+            )
 
         return await self._call(f"Nova server {server_id}", get)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from subscriber.errors import OpenStackNotFound
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
-from subscriber.kernel.ports import KubernetesAccess, PortAddresses
+from subscriber.kernel.ports import KubernetesAccess, PortAddresses, ServerPlacement
 
 MASTER_CP = "masterNode_CP1"
 WORKER_CP = "workerNode_CP2"
@@ -83,6 +83,8 @@ class FakeTacker:
 class FakeOpenStack:
     ports: dict[tuple[str, str], PortAddresses] = field(default_factory=dict)
     hosts: dict[str, str] = field(default_factory=dict)
+    zones: dict[str, str] = field(default_factory=dict)
+    anti_affinity: set[str] = field(default_factory=set)  # server ids in such a group
     calls: list[tuple[str, str]] = field(default_factory=list)
 
     async def port_addresses(self, stack_id: str, cp_name: str) -> PortAddresses:
@@ -95,6 +97,14 @@ class FakeOpenStack:
     async def server_host(self, server_id: str) -> str | None:
         self.calls.append(("server", server_id))
         return self.hosts.get(server_id)
+
+    async def server_placement(self, server_id: str) -> ServerPlacement:
+        self.calls.append(("placement", server_id))
+        return ServerPlacement(
+            host=self.hosts.get(server_id),
+            availability_zone=self.zones.get(server_id, "nova"),
+            anti_affinity=server_id in self.anti_affinity,
+        )
 
 
 def k8s_params(

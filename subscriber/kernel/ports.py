@@ -27,6 +27,7 @@ __all__ = [
     "KubernetesAccess",
     "OpenStackLookups",
     "PortAddresses",
+    "ServerPlacement",
     "SshExecutor",
     "SshTarget",
     "TackerApi",
@@ -98,6 +99,15 @@ class PortAddresses:
     floating_ip: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ServerPlacement:
+    """Where Nova put a server: what node labels are made of."""
+
+    host: str | None = None  # OS-EXT-SRV-ATTR:host (None when policy hides it)
+    availability_zone: str | None = None  # OS-EXT-AZ:availability_zone
+    anti_affinity: bool = False  # a member of a server group with the anti-affinity policy
+
+
 class OpenStackLookups(Protocol):
     """Heat and Nova reads (openstacksdk, run off the event loop)."""
 
@@ -107,6 +117,10 @@ class OpenStackLookups(Protocol):
 
     async def server_host(self, server_id: str) -> str | None:
         """Nova's ``OS-EXT-SRV-ATTR:host`` of a server (the compute host)."""
+        ...
+
+    async def server_placement(self, server_id: str) -> ServerPlacement:
+        """The server's compute host, availability zone and anti-affinity group membership."""
         ...
 
 

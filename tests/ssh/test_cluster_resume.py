@@ -159,6 +159,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
         "configure-hosts",
         f"init-master-{m}",
         "join-workers",
+        "label-workers",
         "admin-token",
         "cluster-access",
         "register-vim",

@@ -311,3 +311,50 @@ async def test_missed_scale_in_converges_on_the_next_event(
         assert name_of(w2, "worker") not in await c.check_agrees()
     finally:
         await c.svc.stop()
+
+
+async def test_workers_are_labelled_with_host_and_zone(
+    bed: Any, ssh_settings: SshSettings, tmp_path: Path
+) -> None:
+    """CIS-node for anti-affinity workers, the zone when asked; a healed worker's new host."""
+    testhosts.reset_cluster(bed)
+    master, w1, w2 = bed.hosts[0:3]
+    params = k8s_params(master_user="root", worker_user="root", key=str(bed.client_key))
+    params["k8s_cluster_installation_param"]["label_zone"] = True
+    tacker, openstack, inst, occ = cluster_vnf(
+        [master.address], [w1.address, w2.address], params=params
+    )
+    vnfcs = tacker.instances[inst]["instantiatedVnfInfo"]["vnfcResourceInfo"]
+    server = {v["vduId"] + str(i): v["computeResource"]["resourceId"] for i, v in enumerate(vnfcs)}
+    openstack.anti_affinity = {server["workerNode1"]}  # w1 is in the anti-affinity group
+    openstack.zones = {server["workerNode1"]: "az-1", server["workerNode2"]: "az-2"}
+    base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
+    settings = base.model_copy(update={"ssh": ssh_settings, "cluster": CLUSTER})
+    svc = Service(
+        settings,
+        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
+        services=Services(tacker=tacker, openstack=openstack),
+    )
+    await svc.start()
+    c = Cluster(bed, svc, tacker, openstack, inst)
+    try:
+        event = await c.notify("INSTANTIATE", occ)
+        assert event.status == "done", await svc.store.jobs.resume_state(event.id)
+        nodes = bed.state()["nodes"]
+        one, two = nodes[name_of(w1, "worker")], nodes[name_of(w2, "worker")]
+        assert one["labels"]["CIS-node"] == openstack.hosts[server["workerNode1"]]
+        assert one["labels"]["topology.kubernetes.io/zone"] == "az-1"
+        assert "CIS-node" not in two["labels"]  # not in an anti-affinity group
+        assert two["labels"]["topology.kubernetes.io/zone"] == "az-2"
+
+        # Healed onto another compute host (and still in the group): the label follows.
+        new_vnfc = rebuild_vnfc(tacker, openstack, inst, w1.address)
+        new_server = next(v for v in vnfcs if v["id"] == new_vnfc)["computeResource"]["resourceId"]
+        openstack.anti_affinity.add(new_server)
+        testhosts.wipe_host(bed, w1)
+        event = await c.notify("HEAL", lcm_op_occ(tacker, inst, "HEAL"))
+        assert event.status == "done", await svc.store.jobs.resume_state(event.id)
+        labels = bed.state()["nodes"][name_of(w1, "worker")]["labels"]
+        assert labels["CIS-node"] == openstack.hosts[new_server] == "compute-8"
+    finally:
+        await svc.stop()

@@ -200,6 +200,7 @@ async def test_plan_is_pure_and_names_its_steps_before_discovery() -> None:
         "init-master-<node>",
         "join-master-<node>",
         "join-workers",
+        "label-workers",
         "admin-token",
         "cluster-access",
         "register-vim",
