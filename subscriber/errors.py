@@ -16,7 +16,8 @@ boundary each, chaining the original with ``from exc``.
     │   └── StoreUnavailable            (retriable) database unreachable / locked
     ├── NotificationParseError          a body is not a valid notification (also ValueError)
     ├── IngestError                     an ingest source failed (Kafka client errors)
-    │   └── BrokerUnavailable           (retriable) no Kafka broker answered
+    │   ├── BrokerUnavailable           (retriable) no Kafka broker answered
+    │   └── RecordRejected              a Kafka record is no notification (stored as poison)
     ├── ClusterParamsError              invalid k8s_cluster_installation_param (also ValueError)
     ├── StepError                       a step of a job failed
     │   ├── TransientStepError          (retriable)
@@ -45,6 +46,7 @@ boundary each, chaining the original with ``from exc``.
     ├── StepOutcome                     not failures: how a step ends other than by returning
     │   └── SkipStep                    the step's work is already done ("node already joined")
     └── CliError                        a command cannot go on: one line on stderr, exit 2
+        └── PublishInputError           ``kafka publish`` input holds no valid notification
 
 ``SshError`` is a mixin of the SSH errors (``host`` says ``user@host:port``) and
 ``OpenStackError`` of OpenStack's, so ``except SshError`` catches every SSH
@@ -78,6 +80,8 @@ __all__ = [
     "OpenStackRequestFailed",
     "OpenStackUnavailable",
     "PermanentStepError",
+    "PublishInputError",
+    "RecordRejected",
     "ServiceMissing",
     "SftpFailed",
     "SkipStep",
@@ -175,6 +179,22 @@ class IngestError(LccnError):
 class BrokerUnavailable(IngestError):
     retriable = True
     error_class = "broker-unavailable"
+
+
+class RecordRejected(IngestError):
+    """The record is not a notification; it is stored as poison and skipped.
+
+    Attributes:
+        error: the validation error, one sentence.
+        field: the first bad field, when known.
+    """
+
+    error_class = "poison"
+
+    def __init__(self, error: str, field: str | None = None) -> None:
+        super().__init__(error)
+        self.error = error
+        self.field = field
 
 
 class ClusterParamsError(LccnError, ValueError):
@@ -361,3 +381,9 @@ class CliError(LccnError):
     """A one-line error for the operator (the CLI prints it and exits 2)."""
 
     error_class = "cli"
+
+
+class PublishInputError(CliError):
+    """The ``kafka publish`` input holds no notifications, or one that is not valid."""
+
+    error_class = "publish-input"

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from subscriber.ingest.kafka_records import RecordRejected, decode_record, poison_dedup_key
+from subscriber.errors import RecordRejected
+from subscriber.ingest.kafka_records import decode_record, poison_dedup_key
 from tests.kafka.helpers import notification
 
 

@@ -29,11 +29,10 @@ from subscriber.cli.helpers import (
     settings_from,
 )
 from subscriber.config import KafkaSettings, Settings
-from subscriber.errors import LccnError
+from subscriber.errors import LccnError, PublishInputError
 from subscriber.ingest.kafka_client import client_options, kafka_errors, producer_options
 
 __all__ = [
-    "PublishInputError",
     "add_parsers",
     "group_lag",
     "kafka_publish",
@@ -218,10 +217,6 @@ async def group_lag(section: KafkaSettings) -> list[dict[str, Any]]:
 
 
 # -- publish -------------------------------------------------------------------
-
-
-class PublishInputError(ValueError):
-    """The input holds no notifications, or one that is not valid."""
 
 
 def read_notifications(text: str, *, validate: bool = True) -> list[dict[str, Any]]:

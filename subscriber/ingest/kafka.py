@@ -38,10 +38,10 @@ from aiokafka.errors import ConsumerStoppedError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from subscriber.config import KafkaSettings, Settings
+from subscriber.errors import RecordRejected
 from subscriber.ingest.kafka_client import consumer_options
 from subscriber.ingest.kafka_records import (
     KafkaRecord,
-    RecordRejected,
     decode_record,
     poison_dedup_key,
     record_meta,

@@ -13,13 +13,13 @@ import base64
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from schemas import NotificationParseError, parse_notification, parse_notification_data
+from subscriber.errors import RecordRejected
 from subscriber.store import NewEvent
 
-__all__ = ["KafkaRecord", "RecordRejected", "decode_record", "poison_dedup_key", "record_meta"]
+__all__ = ["KafkaRecord", "decode_record", "poison_dedup_key", "record_meta"]
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +44,6 @@ class KafkaRecord(Protocol):
     def value(self) -> bytes | None: ...
     @property
     def headers(self) -> Sequence[tuple[str, bytes]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RecordRejected(Exception):
-    """The record is not a notification; it is stored as poison and skipped.
-
-    Attributes:
-        error: the validation error, one sentence.
-        field: the first bad field, when known.
-    """
-
-    error: str
-    field: str | None = None
-
-    def __str__(self) -> str:
-        return self.error
 
 
 def poison_dedup_key(record: KafkaRecord) -> str:
