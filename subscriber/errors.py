@@ -55,10 +55,7 @@ failure whether transient or permanent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from subscriber.kernel.ports import CommandResult
+from typing import Any
 
 __all__ = [
     "AuthenticationFailed",
@@ -265,7 +262,11 @@ class SkipStep(StepOutcome):
 
 
 class SshError(LccnError):
-    """Mixin root of the SSH executor's errors; ``host`` is ``user@host:port``."""
+    """Mixin root of the SSH executor's errors; ``host`` is ``user@host:port``.
+
+    ``result`` is the command's :class:`~subscriber.kernel.ports.CommandResult`
+    when there was one (a failed or timed-out command), for its output tails.
+    """
 
     error_class = "ssh"
 
@@ -275,7 +276,7 @@ class SshError(LccnError):
         *,
         host: str = "",
         step: str | None = None,
-        result: CommandResult | None = None,
+        result: Any = None,
     ) -> None:
         super().__init__(message, step=step)
         self.host = host
