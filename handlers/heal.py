@@ -16,39 +16,33 @@ Tacker's VNFCs agree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from handlers import steps
-from handlers.job import ClusterJob
-from schemas import Notification
-from subscriber.config import ClusterSettings
-from subscriber.kernel import Plan
+from handlers.job import ClusterHandler, ClusterJob
+from subscriber.kernel import PlanItem
 
 __all__ = ["HealCluster"]
 
 
-class HealCluster:
+class HealCluster(ClusterHandler):
     """``HEAL / COMPLETED``."""
 
     name = "cluster-heal"
 
-    def __init__(self, settings: ClusterSettings | None = None) -> None:
-        self.settings = settings or ClusterSettings()
-
-    def plan(self, notification: Notification) -> Plan:
-        job = ClusterJob(self.settings, notification)
-        return Plan(
-            (
-                steps.load_params(job),
-                steps.survey_nodes(job),
-                steps.retire_nodes(job),
-                steps.upload_scripts(job),
-                steps.configure_hosts(job),
-                steps.converge_masters(job),
-                steps.join_workers(job),
-                steps.label_workers(job),
-                steps.haproxy_backends(job),
-                steps.admin_token(job),
-                steps.cluster_access(job),
-                steps.write_back(job),
-                steps.reconcile_membership(job),
-            )
+    def steps(self, job: ClusterJob) -> Sequence[PlanItem]:
+        return (
+            steps.load_params(job),
+            steps.survey_nodes(job),
+            steps.retire_nodes(job),
+            steps.upload_scripts(job),
+            steps.configure_hosts(job),
+            steps.converge_masters(job),
+            steps.join_workers(job),
+            steps.label_workers(job),
+            steps.haproxy_backends(job),
+            steps.admin_token(job),
+            steps.cluster_access(job),
+            steps.write_back(job),
+            steps.reconcile_membership(job),
         )

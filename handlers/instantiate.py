@@ -10,41 +10,36 @@ wait for us, so this is where a typo shows first).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from handlers import steps
-from handlers.job import ClusterJob
+from handlers.job import ClusterHandler, ClusterJob
 from handlers.validate import ValidateParams
-from schemas import Notification
 from subscriber.config import ClusterSettings
-from subscriber.kernel import Plan
+from subscriber.kernel import PlanItem
 
 __all__ = ["InstantiateCluster", "ValidateInstantiate"]
 
 
-class InstantiateCluster:
+class InstantiateCluster(ClusterHandler):
     """``INSTANTIATE / COMPLETED``: discover the nodes, build the cluster, tell Tacker."""
 
     name = "cluster-instantiate"
 
-    def __init__(self, settings: ClusterSettings | None = None) -> None:
-        self.settings = settings or ClusterSettings()
-
-    def plan(self, notification: Notification) -> Plan:
-        job = ClusterJob(self.settings, notification)
-        return Plan(
-            (
-                steps.load_params(job),
-                steps.discover_nodes(job),
-                steps.upload_scripts(job),
-                steps.configure_hosts(job),
-                steps.init_main_master(job),
-                steps.join_masters(job),
-                steps.join_workers(job),
-                steps.label_workers(job),
-                steps.admin_token(job),
-                steps.cluster_access(job),
-                steps.register_vim(job),
-                steps.write_back(job),
-            )
+    def steps(self, job: ClusterJob) -> Sequence[PlanItem]:
+        return (
+            steps.load_params(job),
+            steps.discover_nodes(job),
+            steps.upload_scripts(job),
+            steps.configure_hosts(job),
+            steps.init_main_master(job),
+            steps.join_masters(job),
+            steps.join_workers(job),
+            steps.label_workers(job),
+            steps.admin_token(job),
+            steps.cluster_access(job),
+            steps.register_vim(job),
+            steps.write_back(job),
         )
 
 

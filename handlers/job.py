@@ -9,16 +9,18 @@ the topology (the ``discover`` step's checkpointed result).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from handlers.toolkit.params import api_version, load_params
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
 from schemas import Notification, VnfLcmOperationOccurrenceNotification
 from schemas.cluster_params import K8sClusterInstallationParams
 from subscriber.config import ClusterSettings
-from subscriber.kernel import JobContext
+from subscriber.kernel import JobContext, Plan, PlanItem
 from subscriber.kernel.ports import ApiVersion
 
-__all__ = ["DISCOVER", "ClusterJob"]
+__all__ = ["DISCOVER", "ClusterHandler", "ClusterJob"]
 
 DISCOVER = "discover"  # the step whose result is the topology
 
@@ -65,3 +67,23 @@ class ClusterJob:
 
     async def vim_name(self, ctx: JobContext) -> str:
         return (await self.params(ctx)).vim_name_for(ctx.vnf_instance_id)
+
+
+class ClusterHandler:
+    """A cluster operation's handler: a name and the steps of its plan for one job.
+
+    Subclasses set ``name`` and write :meth:`steps`; :meth:`plan` makes the
+    job's :class:`ClusterJob` (no I/O) and hands it to them.
+    """
+
+    name = "cluster"
+
+    def __init__(self, settings: ClusterSettings | None = None) -> None:
+        self.settings = settings or ClusterSettings()
+
+    def plan(self, notification: Notification) -> Plan:
+        return Plan(tuple(self.steps(ClusterJob(self.settings, notification))))
+
+    def steps(self, job: ClusterJob) -> Sequence[PlanItem]:
+        """The plan's steps for ``job``, in order (pure: make steps, do nothing)."""
+        raise NotImplementedError

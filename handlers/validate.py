@@ -7,22 +7,22 @@ running, and the operator can fix the request.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from handlers import steps
-from handlers.job import ClusterJob
-from schemas import Notification
+from handlers.job import ClusterHandler, ClusterJob
 from subscriber.config import ClusterSettings
-from subscriber.kernel import Plan
+from subscriber.kernel import PlanItem
 
 __all__ = ["ValidateParams"]
 
 
-class ValidateParams:
+class ValidateParams(ClusterHandler):
     """One step, ``validate-params``: fetch and check the operation's parameters."""
 
     def __init__(self, name: str, settings: ClusterSettings | None = None) -> None:
+        super().__init__(settings)
         self.name = name
-        self.settings = settings or ClusterSettings()
 
-    def plan(self, notification: Notification) -> Plan:
-        job = ClusterJob(self.settings, notification)
-        return Plan((steps.load_params(job, "validate-params"),))
+    def steps(self, job: ClusterJob) -> Sequence[PlanItem]:
+        return (steps.load_params(job, "validate-params"),)

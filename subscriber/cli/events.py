@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from subscriber.cli.helpers import (
     EXIT_OK,
-    CliError,
     Parents,
     Subparsers,
-    event_detail,
+    cmd_show_event,
     print_json,
     settings_from,
     table,
@@ -52,15 +51,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    data = asyncio.run(with_store(settings, lambda store: event_detail(store, args.id)))
-    if data is None:
-        raise CliError(f"no event with id {args.id}")
-    print_json(data)
-    return EXIT_OK
-
-
 def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
     """Add ``events list`` and ``events show ID``.
 
@@ -79,4 +69,4 @@ def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
     ls.set_defaults(func=_cmd_list)
     show = events.add_parser("show", parents=parents.store, help="one event with its jobs")
     show.add_argument("id", type=int)
-    show.set_defaults(func=_cmd_show)
+    show.set_defaults(func=cmd_show_event)

@@ -7,6 +7,7 @@ import it.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "CommandGroup",
     "Parents",
     "Subparsers",
+    "cmd_show_event",
     "event_detail",
     "parent_parsers",
     "print_json",
@@ -210,3 +212,17 @@ async def event_detail(store: Store, event_id: int) -> dict[str, Any] | None:
             }
         )
     return out
+
+
+def cmd_show_event(args: argparse.Namespace) -> int:
+    """``events show ID`` and ``failed show ID``: one event, its jobs and steps, as JSON.
+
+    Raises:
+        CliError: no event with that id.
+    """
+    settings = settings_from(args)
+    data = asyncio.run(with_store(settings, lambda store: event_detail(store, args.id)))
+    if data is None:
+        raise CliError(f"no event with id {args.id}")
+    print_json(data)
+    return EXIT_OK

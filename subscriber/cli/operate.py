@@ -14,7 +14,7 @@ from subscriber.cli.helpers import (
     CliError,
     Parents,
     Subparsers,
-    event_detail,
+    cmd_show_event,
     print_json,
     settings_from,
     table,
@@ -88,15 +88,6 @@ def _cmd_failed_list(args: argparse.Namespace) -> int:
         err = (r["lastError"] or "").replace("\n", " ")
         r["lastError"] = err if len(err) <= 60 else err[:57] + "..."
     print(table(rows, _FAILED_COLUMNS))
-    return EXIT_OK
-
-
-def _cmd_failed_show(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    data = asyncio.run(with_store(settings, lambda store: event_detail(store, args.id)))
-    if data is None:
-        raise CliError(f"no event with id {args.id}")
-    print_json(data)
     return EXIT_OK
 
 
@@ -258,7 +249,7 @@ def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
         "show", parents=parents.store, help="one event: body, jobs, steps, errors, output tails"
     )
     show.add_argument("id", type=int)
-    show.set_defaults(func=_cmd_failed_show)
+    show.set_defaults(func=cmd_show_event)
 
     rp = subparsers.add_parser(
         "replay",
