@@ -601,20 +601,35 @@ def load_settings(
 
 
 def masked(settings: Settings) -> dict[str, Any]:
-    """The settings as plain data with every secret replaced by ``'***'``."""
+    """The settings as plain data with every secret replaced by ``'***'``.
 
-    def walk(value: Any) -> Any:
+    Masked: ``SecretStr`` fields, the password of every URL wherever it sits
+    (``user:pass@``: database, Keystone, Kafka, proxies in ``cluster.script_env``),
+    and every value under a secret-looking key of a free-form map such as
+    ``cluster.script_env`` (``GITHUB_TOKEN``, ``password`` ...).
+    """
+    from subscriber.redact import MASK, is_secret_key, redact_text, redact_url
+
+    def text(value: str) -> str:
+        return redact_text(redact_url(value)) if "://" in value else redact_text(value)
+
+    def walk(value: Any, key: str = "") -> Any:
         if isinstance(value, SecretStr):
-            return "***" if value.get_secret_value() else ""
+            return MASK if value.get_secret_value() else ""
         if isinstance(value, BaseModel):
+            # Model fields that hold secrets are SecretStr: their names decide nothing.
             return {k: walk(getattr(value, k)) for k in type(value).model_fields}
         if isinstance(value, dict):
-            return {k: walk(v) for k, v in value.items()}
+            return {k: walk(v, str(k)) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [walk(v) for v in value]
+            return [walk(v, key) for v in value]
+        if key and is_secret_key(key) and value not in (None, ""):
+            return MASK
+        if isinstance(value, str):
+            return text(value)
+        if isinstance(value, os.PathLike):
+            return str(value)
         return value
-
-    from subscriber.redact import redact_url
 
     data: dict[str, Any] = walk(settings)
     data["database"]["url"] = redact_url(settings.database.resolved_url())

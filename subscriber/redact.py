@@ -144,9 +144,19 @@ def redact(value: Any) -> Any:
         return _redact_dict(value)
     if isinstance(value, list):
         return [redact(item) for item in value]
-    if isinstance(value, str) and len(value) >= 8:
+    if isinstance(value, str):
         return redact_text(value, bootstrap_tokens=False)
     return value
+
+
+def _secret_value(item: Any) -> Any:
+    """What a value under a secret key becomes: its scalars masked (empty kept), also in a
+    list; a mapping inside is redacted by its own keys, like any other."""
+    if isinstance(item, list):
+        return [_secret_value(i) for i in item]
+    if isinstance(item, dict):
+        return _redact_dict(item)
+    return MASK if item not in (None, "") else item
 
 
 def _redact_dict(value: dict[Any, Any]) -> dict[Any, Any]:
@@ -157,12 +167,12 @@ def _redact_dict(value: dict[Any, Any]) -> dict[Any, Any]:
         kind = type(item)
         if kind is dict:
             out[key] = _redact_dict(item)
+        elif isinstance(key, str) and is_secret_key(key):
+            out[key] = _secret_value(item)  # a list of passwords too
         elif kind is list:
             out[key] = [redact(i) for i in item]
-        elif isinstance(key, str) and is_secret_key(key) and not isinstance(item, (dict, list)):
-            out[key] = MASK if item not in (None, "") else item
         elif kind is str:
-            out[key] = redact_text(item, bootstrap_tokens=False) if len(item) >= 8 else item
+            out[key] = redact_text(item, bootstrap_tokens=False)
         elif item is None or kind is int or kind is float or kind is bool:
             out[key] = item
         else:

@@ -9,6 +9,7 @@ from typing import Any
 from handlers import registry_for
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
+from subscriber.errors import ConfigError
 from subscriber.health import CheckResult, Health
 from subscriber.heap import freeze_long_lived
 from subscriber.ingest.auth import CallbackAuth, build_ssl_context
@@ -26,6 +27,22 @@ from subscriber.tacker import EchoFilter, Reconciler, SubscriptionKeeper, Tacker
 __all__ = ["Service"]
 
 log = logging.getLogger(__name__)
+
+
+def _routing_summary(registry: HandlerRegistry, settings: Settings, missing: list[str]) -> str:
+    """One line: which operations are handled, and what is only recorded (and why)."""
+    handled: dict[str, list[str]] = {}
+    for operation, state, name in registry.routes():
+        if operation is not None and name != "log":
+            handled.setdefault(operation, []).append(state or "*")
+    parts = [f"{op} ({', '.join(sorted(states))})" for op, states in sorted(handled.items())]
+    line = f"handling {'; '.join(parts)}" if parts else "handling no operation"
+    line += "; every other transition is only recorded (log handler)"
+    if settings.cluster.handlers == "off":
+        line += "; cluster handlers off (cluster.handlers: off)"
+    elif missing:
+        line += f"; cluster handlers off: {' and '.join(missing)} not configured"
+    return line
 
 
 class Service(Component):
@@ -72,7 +89,16 @@ class Service(Component):
         )
         self.services = own.merged(given)
         self._owned: list[Any] = [c for c in (self.ssh, self.openstack, self.tacker) if c]
-        self.registry = registry or registry_for(settings, self.services.configured())
+        configured = self.services.configured()
+        missing = sorted({"tacker", "openstack"} - configured)
+        if settings.cluster.handlers == "on" and missing and registry is None:
+            raise ConfigError(
+                f"cluster.handlers is on but {' and '.join(missing)} is not configured: set "
+                + ", ".join(f"{m}.*" for m in missing)
+                + " or cluster.handlers: auto"
+            )
+        self.registry = registry or registry_for(settings, configured)
+        self._routing_line = _routing_summary(self.registry, settings, missing)
         self.echo = EchoFilter(self.store.tacker, settings.tacker, self.tacker)
         self.runner = Runner(
             self.store,
@@ -131,6 +157,7 @@ class Service(Component):
         return self.ingress.port
 
     async def _start(self) -> None:
+        log.info(self._routing_line)
         await self._start_child(self.store)
         for client in self._owned:
             await self._start_child(client)

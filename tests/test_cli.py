@@ -173,3 +173,38 @@ def test_handlers_list_prints_the_routing_table() -> None:
     bad = cli("handlers", "list", env={"LCCN_HANDLERS__MODULES": '["no_such_module"]'})
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "no_such_module" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_handlers_on_without_tacker_refuses_to_start_in_one_line(tmp_path: Path) -> None:
+    db = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    run = cli("serve", "--port", "0", "--database", db, env={"LCCN_CLUSTER__HANDLERS": "on"})
+    assert run.returncode == 3, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr
+    assert "cluster.handlers is on" in lines[0] and "tacker" in lines[0]
+
+
+@pytest.mark.asyncio
+async def test_serve_says_at_start_what_it_handles(
+    start_service: ServiceFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="subscriber.service")
+    await start_service()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("handling")]
+    assert line == (
+        "handling no operation; every other transition is only recorded (log handler); "
+        "cluster handlers off: openstack and tacker not configured"
+    )
+
+
+def test_routing_line_names_every_handled_operation() -> None:
+    from handlers import default_registry
+    from subscriber.config import Settings
+    from subscriber.service import _routing_summary
+
+    line = _routing_summary(default_registry(cluster_handlers=True), Settings(), [])
+    assert line == (
+        "handling HEAL (COMPLETED, STARTING); INSTANTIATE (COMPLETED, STARTING); "
+        "SCALE (COMPLETED, STARTING); TERMINATE (COMPLETED); "
+        "every other transition is only recorded (log handler)"
+    )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from subscriber.service import Service
 from tests.conftest import ServiceFactory, callback_url
@@ -228,3 +229,31 @@ async def test_accepted_events_survive_a_bad_request(
         assert resp.status == 400
     rows = await svc.store.events.list()
     assert [r.vnf_lcm_op_occ_id for r in rows] == [good["vnfLcmOpOccId"]]
+
+
+async def test_an_unexpected_error_is_a_500_problem_with_a_request_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from subscriber.config import HttpSettings
+    from subscriber.ingest.http import make_app
+
+    async def boom(request: web.Request) -> web.Response:
+        await request.read()
+        raise RuntimeError("broken while holding password=hunter2-xyz")
+
+    app = make_app(HttpSettings(), None)  # type: ignore[arg-type]
+    app.router.add_post("/boom", boom)
+    caplog.set_level("ERROR", logger="subscriber.ingest.problems")
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.post("/boom", data=b'{"echo": "me-not-in-the-answer"}')
+        assert resp.status == 500
+        assert resp.content_type == "application/problem+json"
+        problem = await resp.json(content_type=None)
+    request_id = resp.headers["X-Request-Id"]
+    assert problem["status"] == 500 and request_id in problem["detail"]
+    assert "hunter2" not in str(problem) and "me-not-in-the-answer" not in str(problem)
+    (record,) = [r for r in caplog.records if r.getMessage() == "request failed"]
+    assert record.request_id == request_id  # type: ignore[attr-defined]
+    assert "hunter2" not in record.error  # type: ignore[attr-defined]

@@ -98,3 +98,56 @@ def test_bodies_without_secret_words_are_kept_verbatim_and_others_redacted() -> 
     sneaky = raw.replace(b'"bearer_token"', b'"\\u0062earer_\\u0074oken"')
     stored = NewEvent("http", parse_notification(sneaky), raw=sneaky).stored_body()
     assert "s3cr3t-bearer-TOKEN-value" not in stored
+
+
+def test_lists_under_secret_keys_and_short_strings_are_masked() -> None:
+    from subscriber.redact import redact
+
+    data = {
+        "password": ["hunter2", "s3cr3t-2"],
+        "tokens": ["abc", {"token": "d"}, {"name": "kept"}],
+        "note": "token=x1",  # 8 characters
+        "short": "pwd=a1",  # shorter than 8
+        "keep": ["plain", 3, None],
+        "secret": [],
+    }
+    out = redact(data)
+    assert out["password"] == ["***", "***"]
+    assert out["tokens"] == ["***", {"token": "***"}, {"name": "kept"}]
+    assert "x1" not in out["note"]
+    assert out["keep"] == ["plain", 3, None] and out["secret"] == []
+    assert redact("token=x") == "token=***"  # a bare short string
+
+
+def test_config_show_masks_urls_and_secret_keys_anywhere() -> None:
+    from subscriber.config import (
+        ClusterSettings,
+        KafkaSettings,
+        OpenStackSettings,
+        Settings,
+        masked,
+    )
+
+    settings = Settings(
+        openstack=OpenStackSettings(
+            auth_url="https://admin:Keyst0ne-pw@keystone.example:5000/v3",
+            username="lccn",
+            project_name="nfv",
+        ),
+        cluster=ClusterSettings(
+            script_env={
+                "https_proxy": "http://proxyuser:Pr0xy-pw@proxy:3128",
+                "REGISTRY_TOKEN": "tok-12345",
+                "K8S_VERSION": "1.26.8",
+            }
+        ),
+        kafka=KafkaSettings(bootstrap_servers=["kafka-1:9092"]),
+    )
+    shown = str(masked(settings))
+    for secret in ("Keyst0ne-pw", "Pr0xy-pw", "tok-12345"):
+        assert secret not in shown
+    data = masked(settings)
+    assert data["openstack"]["auth_url"] == "https://admin:***@keystone.example:5000/v3"
+    assert data["cluster"]["script_env"]["K8S_VERSION"] == "1.26.8"
+    assert data["cluster"]["script_env"]["REGISTRY_TOKEN"] == "***"
+    assert data["auth"]["oauth2"]["token_path"] == "/token"  # a field name is no secret

@@ -49,7 +49,7 @@ PROG = "lccn-subscriber"
 EXIT_OK = 0
 EXIT_INPUT = 1  # bad input, nothing done (kafka publish); the operator said no (replay)
 EXIT_ERROR = 2  # a CliError or a usage error (argparse); no Kafka broker answered
-EXIT_CONFIG = 3  # the command needs a section that is not configured (kafka)
+EXIT_CONFIG = 3  # the configuration is wrong or lacks a section the command needs
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 # What ``ArgumentParser.add_subparsers()`` returns.

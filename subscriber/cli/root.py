@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from subscriber.cli import config, db, events, handlers, kafka, operate, serve, subscribe
 from subscriber.cli.helpers import (
+    EXIT_CONFIG,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     PROG,
@@ -23,6 +24,7 @@ from subscriber.cli.helpers import (
     CommandGroup,
     parent_parsers,
 )
+from subscriber.errors import ConfigError
 
 __all__ = ["GROUPS", "build_parser", "main"]
 
@@ -66,5 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except ConfigError as exc:
+        print(f"{PROG}: configuration error: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

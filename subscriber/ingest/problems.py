@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
 from schemas import PROBLEM_CONTENT_TYPE, ProblemDetails
+from subscriber.redact import redact_text
+
+log = logging.getLogger(__name__)
 
 __all__ = ["problem_middleware", "problem_response"]
 
@@ -48,7 +54,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render aiohttp's own errors (404, 405, 413 ...) as ProblemDetails."""
+    """Render every error as ProblemDetails: aiohttp's own (404, 405, 413 ...) and any
+    unexpected exception (500, logged once with a request id the answer names; neither
+    the log nor the answer echoes the body)."""
     try:
         return await handler(request)
     except web.HTTPException as exc:
@@ -57,3 +65,23 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
         detail = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
         return problem_response(exc.status, detail, instance=request.path, headers=headers)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        request_id = uuid.uuid4().hex[:16]
+        log.error(
+            "request failed",
+            extra={
+                "request_id": request_id,
+                "method": request.method,
+                "path": request.path,
+                "error": redact_text(f"{type(exc).__name__}: {exc}")[:500],
+            },
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
+        return problem_response(
+            500,
+            f"internal error; request id {request_id} in the service's log",
+            instance=request.path,
+            headers={"X-Request-Id": request_id},
+        )
