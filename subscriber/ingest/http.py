@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from schemas import NotificationParseError, parse_notification
+from schemas.openapi import OPENAPI_PATH, openapi_document
 from subscriber.config import HttpSettings
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.ingest.problems import problem_middleware, problem_response
@@ -98,6 +100,12 @@ def make_app(settings: HttpSettings, store: EventStore) -> web.Application:
     app[SETTINGS_KEY] = settings
     app.router.add_route("GET", settings.path, _test_notification)
     app.router.add_route("POST", settings.path, _notification)
+    document = json.dumps(openapi_document(settings.path)).encode()
+
+    async def openapi(request: web.Request) -> web.Response:
+        return web.Response(body=document, content_type="application/json")
+
+    app.router.add_route("GET", OPENAPI_PATH, openapi)
     return app
 
 

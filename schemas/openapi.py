@@ -1,0 +1,113 @@
+"""The service's own OpenAPI document: the callback Tacker POSTs to, and health.
+
+Built from the same pydantic models that parse the notifications, so the
+document cannot drift from what the service accepts: required fields,
+non-empty identifiers (``id``, ``vnfInstanceId``, ``vnfLcmOpOccId``: an empty
+one is refused with 400), enum values, and ``extra`` fields kept. Served at
+``GET /lccn/openapi.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from schemas.notifications import Notification
+from schemas.problem import PROBLEM_CONTENT_TYPE, ProblemDetails
+
+__all__ = ["OPENAPI_PATH", "openapi_document"]
+
+OPENAPI_PATH = "/lccn/openapi.json"
+_REF = "#/components/schemas/{model}"
+# What the model validator of identifier notifications adds: one of the two link members.
+_LINKS_RULE = {"anyOf": [{"required": ["_links"]}, {"required": ["links"]}]}
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {
+            PROBLEM_CONTENT_TYPE: {"schema": {"$ref": _REF.format(model="ProblemDetails")}}
+        },
+    }
+
+
+def openapi_document(callback_path: str = "/lccn/notifications") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the callback listener at ``callback_path``."""
+    notification = TypeAdapter(Notification).json_schema(ref_template=_REF, by_alias=True)
+    schemas: dict[str, Any] = notification.pop("$defs", {})
+    schemas.setdefault(
+        "ProblemDetails", ProblemDetails.model_json_schema(ref_template=_REF, by_alias=True)
+    )
+    for name in ("VnfIdentifierCreationNotification", "VnfIdentifierDeletionNotification"):
+        schemas[name].update(_LINKS_RULE)
+    schemas["Notification"] = notification
+    auth_refused = _problem("callback authentication refused (``WWW-Authenticate`` says how)")
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "lccn-subscriber callback API",
+            "version": "1",
+            "description": (
+                "SOL003 VnfLcmOperationOccurrenceNotification, VnfIdentifierCreation"
+                "Notification and VnfIdentifierDeletionNotification, as Tacker v1 and v2 "
+                "send them. A 204 is sent only once the notification is stored durably; "
+                "copies of a stored transition also get 204 and add nothing."
+            ),
+        },
+        "paths": {
+            callback_path: {
+                "get": {
+                    "summary": "Tacker's test notification",
+                    "responses": {"204": {"description": "reachable"}, "401": auth_refused},
+                },
+                "post": {
+                    "summary": "One LCM notification",
+                    "parameters": [
+                        {
+                            "name": "Version",
+                            "in": "header",
+                            "required": False,
+                            "schema": {"type": "string"},
+                            "description": "the SOL013 API version Tacker sends (stored)",
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": _REF.format(model="Notification")}
+                            }
+                        },
+                    },
+                    "responses": {
+                        "204": {"description": "stored (or a copy of a stored transition)"},
+                        "400": _problem(
+                            "not a valid notification; ``field`` names the first bad one"
+                        ),
+                        "401": auth_refused,
+                        "413": _problem("the body is larger than ``http.max_body_bytes``"),
+                        "415": _problem("not ``application/json``"),
+                        "500": _problem("an unexpected error; the detail names a request id"),
+                        "503": _problem(
+                            "the store cannot be written: nothing was stored, send again"
+                        ),
+                    },
+                },
+            },
+            "/healthz": {
+                "get": {"summary": "liveness", "responses": {"200": {"description": "up"}}}
+            },
+            "/readyz": {
+                "get": {
+                    "summary": "readiness: the store is migrated and every check passes",
+                    "responses": {
+                        "200": {"description": "ready"},
+                        "503": {"description": "not ready; each check's result in the body"},
+                    },
+                }
+            },
+        },
+        "components": {"schemas": schemas},
+    }
