@@ -33,6 +33,7 @@ the target's password and the ``secrets`` a caller names).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import enum
 import logging
@@ -68,6 +69,11 @@ __all__ = ["HostKeyPolicy", "KnownHosts", "SshPool"]
 log = logging.getLogger(__name__)
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Reads ``NAME base64(value)`` lines from stdin up to an empty line and exports them.
+_READ_ENV = (
+    'while IFS=" " read -r _n _v && [ -n "$_n" ]; do '
+    'export "$_n=$(printf %s "$_v" | base64 -d)"; done; unset _n _v; '
+)
 
 
 class HostKeyPolicy(enum.Enum):
@@ -370,16 +376,24 @@ class SshPool(Component):
         channel does not stop a command (no PTY, no SIGHUP), so without it a
         timed-out ``kubeadm join`` would run on. ``timeout`` signals the whole
         process group, background jobs included, a second after our deadline.
+
+        ``env`` never goes on the command line (any user of the node sees
+        command lines in ``ps``): its values come first on stdin, one
+        ``NAME base64(value)`` line each and an empty line, and the remote
+        shell exports them before it runs the command.
         """
-        prefix = ""
+        prefix, env_lines = "", b""
         for name, value in (env or {}).items():
             if not _ENV_NAME.match(name):
                 raise ValueError(f"invalid environment variable name {name!r}")
-            prefix += f"export {name}={shlex.quote(value)}; "
+            env_lines += f"{name} ".encode() + base64.b64encode(value.encode()) + b"\n"
+        if env_lines:
+            env_lines += b"\n"
+            prefix = _READ_ENV
         shell = self._settings.remote_shell
         inner = f"timeout -k 5 {limit + 1:g} {shell} -c {shlex.quote(prefix + command)}"
         if not sudo or target.username == "root":
-            return inner, b""
+            return inner, env_lines
         if target.password is not None:
             # The first stdin line is the password: a wrapper shell reads exactly
             # that line and hands it to `sudo -v` through a pipe, so it never
@@ -387,8 +401,9 @@ class SshPool(Component):
             # No `exec`: without a TTY sudo's ticket belongs to the parent process.
             password = target.password.get_secret_value()
             validate = 'IFS= read -r p; printf "%s\\n" "$p" | sudo -S -p "" -v && sudo -n -- '
-            return f"{shell} -c {shlex.quote(validate + inner)}", (password + "\n").encode()
-        return f"sudo -n -- {inner}", b""
+            stdin = (password + "\n").encode() + env_lines
+            return f"{shell} -c {shlex.quote(validate + inner)}", stdin
+        return f"sudo -n -- {inner}", env_lines
 
     async def run(
         self,

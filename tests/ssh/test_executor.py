@@ -211,6 +211,27 @@ async def test_env_and_input(bed: Any, pool: SshPool) -> None:
         await pool.run(root_target(bed), "true", env={"bad name": "x"})
 
 
+@pytest.mark.parametrize("as_root", [True, False], ids=["root", "sudo-with-password"])
+async def test_env_values_never_reach_a_command_line(
+    bed: Any, pool: SshPool, as_root: bool
+) -> None:
+    """Any user of a node sees command lines in ps: env values travel on stdin."""
+    value = "tok-" + uuid.uuid4().hex + " with 'quotes' & $x\nand a second line"
+    target = root_target(bed, 2) if as_root else password_target(bed, 2)
+    # While the command runs, every process's command line on the host, as ps shows it.
+    result = await pool.run(
+        target,
+        'ps -eo args > /tmp/ps-seen; printf %s "$LCCN_SECRET"; echo; cat',
+        sudo=True,
+        env={"LCCN_SECRET": value, "OTHER": "x"},
+        input="the input",
+    )
+    assert result.ok, result.stderr
+    assert result.stdout == value + "\nthe input"
+    seen = (await pool.run(root_target(bed, 2), "cat /tmp/ps-seen")).stdout
+    assert "ps -eo args" in seen and value.split()[0] not in seen
+
+
 async def test_sftp_upload(bed: Any, pool: SshPool, tmp_path: Path) -> None:
     name = f"/tmp/upload-{uuid.uuid4().hex}.sh"
     local = tmp_path / "script.sh"
