@@ -1,6 +1,6 @@
 """Workers joining in parallel vs one after another (Tacker's driver joins them in turn).
 
-Builds 11 real sshd hosts (scripts/testhosts.py), initialises a one-master
+Builds 11 real sshd hosts (tests/testbed/testhosts.py), initialises a one-master
 cluster with the stand-in kubeadm, gives every ``kubeadm join`` a fixed cost
 (``--join-cost``, default 1.5 s: the stand-in sleeps, like a real join waits on
 the API server and the kubelet), then times the same worker step, the
@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,19 +31,11 @@ if str(ROOT) not in sys.path:  # `python bench/scale_join.py` from a checkout
 from schemas.cluster_params import parse_install_output  # noqa: E402
 from subscriber.config import SshSettings  # noqa: E402
 from subscriber.ssh import SshPool, SshTarget  # noqa: E402
+from tests.testbed import testhosts  # noqa: E402
 
 SCRIPTS = ROOT / "scripts"
 SCRIPT = "/tmp/install_k8s_cluster.sh"
 ENV = {"K8S_SKIP_PHASES": "packages,cni"}
-
-
-def load_testhosts() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("testhosts", SCRIPTS / "testhosts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["testhosts"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def settings(bed: Any) -> SshSettings:
@@ -140,7 +130,6 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--join-cost", type=float, default=1.5, help="seconds per kubeadm join")
     args = parser.parse_args()
-    testhosts = load_testhosts()
     started = time.perf_counter()
     bed = testhosts.create(args.workers + 1, password=False)
     try:

@@ -21,8 +21,7 @@ from pydantic import SecretStr
 
 from schemas.cluster_params import InstallReport, parse_install_output
 from subscriber.ssh import SshPool, SshTarget
-
-from .conftest import testhosts
+from tests.testbed import testhosts
 
 pytestmark = pytest.mark.ssh
 
