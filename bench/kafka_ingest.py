@@ -34,15 +34,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
-
-import kafka_broker  # noqa: E402
 
 from subscriber.config import DatabaseSettings, KafkaSettings  # noqa: E402
 from subscriber.heap import freeze_long_lived  # noqa: E402
 from subscriber.ingest.kafka import KafkaSource  # noqa: E402
 from subscriber.store import AppendResult, EventStore, NewEvent, Store  # noqa: E402
+from tests.testbed import kafka_broker  # noqa: E402
 
 PARTITIONS = 3
 STATES = (("STARTING", "START"), ("PROCESSING", "START"), ("COMPLETED", "RESULT"))

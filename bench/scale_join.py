@@ -1,6 +1,6 @@
 """Workers joining in parallel vs one after another (Tacker's driver joins them in turn).
 
-Builds 11 real sshd hosts (scripts/testhosts.py), initialises a one-master
+Builds 11 real sshd hosts (tests/testbed/testhosts.py), initialises a one-master
 cluster with the stand-in kubeadm, gives every ``kubeadm join`` a fixed cost
 (``--join-cost``, default 1.5 s: the stand-in sleeps, like a real join waits on
 the API server and the kubelet), then times the same worker step, the
@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,19 +39,11 @@ from schemas.cluster_params import parse_install_output  # noqa: E402
 from subscriber.config import SshSettings  # noqa: E402
 from subscriber.kernel.ports import SshTarget  # noqa: E402
 from subscriber.ssh import SshPool  # noqa: E402
+from tests.testbed import testhosts  # noqa: E402
 
 SCRIPTS = ROOT / "scripts"
 SCRIPT = "/tmp/install_k8s_cluster.sh"
 ENV = {"K8S_SKIP_PHASES": "packages,cni"}
-
-
-def load_testhosts() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("testhosts", SCRIPTS / "testhosts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["testhosts"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def settings(bed: Any) -> SshSettings:
@@ -133,7 +123,7 @@ async def timed_round(
     return elapsed
 
 
-async def handler_scale_out(bed: Any, testhosts: ModuleType, tmp: Path) -> tuple[float, float]:
+async def handler_scale_out(bed: Any, tmp: Path) -> tuple[float, float]:
     """(SCALE_OUT job seconds, whole run) of the real SCALE handler adding every worker."""
     import aiohttp
 
@@ -197,7 +187,7 @@ async def handler_scale_out(bed: Any, testhosts: ModuleType, tmp: Path) -> tuple
 
 
 async def main_async(
-    bed: Any, workers: int, join_cost: float, testhosts: ModuleType, tmp: Path
+    bed: Any, workers: int, join_cost: float, tmp: Path
 ) -> tuple[float, float, float]:
     token, ca_hash = await setup_cluster(bed)
     bed.set_join_delay(join_cost)
@@ -205,7 +195,7 @@ async def main_async(
     sequential = await timed_round(bed, nodes, token, ca_hash, parallel=False)
     await reset_workers(bed, nodes)
     parallel = await timed_round(bed, nodes, token, ca_hash, parallel=True)
-    handler, _ = await handler_scale_out(bed, testhosts, tmp)
+    handler, _ = await handler_scale_out(bed, tmp)
     return sequential, parallel, handler
 
 
@@ -214,13 +204,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--join-cost", type=float, default=1.5, help="seconds per kubeadm join")
     args = parser.parse_args()
-    testhosts = load_testhosts()
     started = time.perf_counter()
     bed = testhosts.create(args.workers + 1, password=False)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             sequential, parallel, handler = asyncio.run(
-                main_async(bed, args.workers, args.join_cost, testhosts, Path(tmp))
+                main_async(bed, args.workers, args.join_cost, Path(tmp))
             )
     finally:
         testhosts.destroy(bed)

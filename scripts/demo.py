@@ -35,9 +35,9 @@ from tests.tacker.helpers import (  # noqa: E402
     TackerClient,
     ext_virtual_links,
     k8s_params,
-    tacker_bed,
     unique_name,
 )
+from tests.testbed import tacker_bed  # noqa: E402
 
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
 

@@ -18,8 +18,8 @@ import pytest
 
 from tests.openstack_sim.process import SimProcess
 from tests.ssh.conftest import bed as hosts
-from tests.ssh.conftest import testhosts
 from tests.tacker.conftest import bed, recorder, tacker
+from tests.testbed import testhosts
 
 __all__ = ["bed", "hosts", "recorder", "tacker", "testhosts"]
 

@@ -41,7 +41,7 @@ from tests.openstack_sim.process import SimProcess
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import CallbackRecorder, ext_virtual_links, unique_name
 from tests.tacker.helpers import TackerClient as SyncTacker
-from tests.tacker.helpers import tacker_bed as tb
+from tests.testbed import tacker_bed as tb
 
 pytestmark = [
     pytest.mark.tacker,

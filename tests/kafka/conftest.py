@@ -9,7 +9,8 @@ import pytest
 
 from subscriber.config import DatabaseSettings
 from subscriber.store import Store
-from tests.kafka.helpers import kafka_broker, uid
+from tests.kafka.helpers import uid
+from tests.testbed import kafka_broker
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -17,16 +16,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from subscriber.config import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import kafka_broker  # noqa: E402
 
 __all__ = [
     "ROOT",
     "create_topic",
     "delete_topic",
     "fast_settings",
-    "kafka_broker",
     "notification",
     "produce",
     "transitions",

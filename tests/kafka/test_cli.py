@@ -18,11 +18,11 @@ from subscriber.store import Store
 from tests.kafka.helpers import (
     create_topic,
     fast_settings,
-    kafka_broker,
     transitions,
     uid,
     wait_until,
 )
+from tests.testbed import kafka_broker
 
 
 def _settings(bootstrap: str, topic: str, group: str) -> Settings:

@@ -24,12 +24,12 @@ from tests.kafka.helpers import (
     ROOT,
     create_topic,
     fast_settings,
-    kafka_broker,
     produce,
     transitions,
     uid,
     wait_until,
 )
+from tests.testbed import kafka_broker
 
 _ASSIGNED = re.compile(r"kafka partitions assigned: (.*)$")
 

@@ -17,13 +17,13 @@ from subscriber.store import AppendResult, NewEvent, Store
 from tests.kafka.helpers import (
     create_topic,
     fast_settings,
-    kafka_broker,
     notification,
     produce,
     transitions,
     uid,
     wait_until,
 )
+from tests.testbed import kafka_broker
 
 
 async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:

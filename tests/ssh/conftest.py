@@ -7,14 +7,11 @@ happened. Tests that build clusters call :func:`testhosts.reset_cluster` first.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,21 +19,9 @@ import pytest
 from subscriber.config import SshSettings
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
+from tests.testbed import testhosts
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 HOSTS = 5  # enough for the HA cluster: 3 masters + 2 workers
-
-
-def _load_testhosts() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("testhosts", SCRIPTS / "testhosts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["testhosts"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-testhosts = _load_testhosts()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -25,8 +25,7 @@ from subscriber.store import StepStatus
 from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params
 from tests.conftest import callback_url, make_settings, wait_settled
 from tests.factories import op_occ
-
-from .conftest import testhosts
+from tests.testbed import testhosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 

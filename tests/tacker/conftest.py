@@ -22,8 +22,8 @@ from tests.tacker.helpers import (
     CallbackRecorder,
     ServeProcess,
     TackerClient,
-    tacker_bed,
 )
+from tests.testbed import tacker_bed
 
 # Our sample network (a Neutron net id as Tacker would pass it through to Heat).
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"

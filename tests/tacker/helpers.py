@@ -18,10 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+from tests.testbed import tacker_bed
 
-import tacker_bed  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 __all__ = [
     "CallbackRecorder",

@@ -25,7 +25,7 @@ from tests.tacker.helpers import (
     unique_name,
     wait_for,
 )
-from tests.tacker.helpers import tacker_bed as tb
+from tests.testbed import tacker_bed as tb
 
 pytestmark = pytest.mark.tacker
 

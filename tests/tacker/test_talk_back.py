@@ -39,7 +39,7 @@ from tests.tacker.helpers import (
 from tests.tacker.helpers import (
     TackerClient as SyncTacker,
 )
-from tests.tacker.helpers import tacker_bed as tb
+from tests.testbed import tacker_bed as tb
 
 pytestmark = pytest.mark.tacker
 

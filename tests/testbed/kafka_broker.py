@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Start and stop a throwaway Kafka-protocol broker (Tansu, memory storage) on 127.0.0.1.
 
-    python scripts/kafka_broker.py start [--port P] [--log FILE]  # prints bootstrap=... pid=...
-    python scripts/kafka_broker.py stop PID
+    python -m tests.testbed.kafka_broker start [--port P] [--log FILE]  # bootstrap=... pid=...
+    python -m tests.testbed.kafka_broker stop PID
 
 The broker starts empty and forgets everything when stopped. Install it with
 ``bash scripts/setup.d/30-kafka.sh``. Importable: the tests and the benchmark use

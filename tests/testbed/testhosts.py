@@ -7,7 +7,7 @@ Every host gets its own address, hostname and private ``/etc/kubernetes``,
 ``unshare --uts --mount --propagation private``), so a script that writes
 ``/tmp/installed`` or ``/etc/kubernetes/admin.conf`` on one host does not see
 another host's files. ``/usr/local/bin`` is replaced by the stand-in
-``kubeadm``/``kubectl`` (``scripts/k8s_standin.py``), which keep one shared
+``kubeadm``/``kubectl`` (``tests/testbed/k8s_standin.py``), which keep one shared
 cluster state for all hosts of a bed.
 
 Network: one bridge per bed whose host end lives in the root namespace (so the
@@ -20,8 +20,8 @@ usable address is never assigned (a reachable-subnet, unused address for
 
 Use from Python (``create()`` / ``destroy()``) or the command line::
 
-    python3 scripts/testhosts.py up --count 3 [--no-password] [--join-delay 0.5]
-    python3 scripts/testhosts.py down RUN_DIR        # or: down --all
+    python3 -m tests.testbed.testhosts up --count 3 [--no-password] [--join-delay 0.5]
+    python3 -m tests.testbed.testhosts down RUN_DIR        # or: down --all
 
 Needs root, iproute2, util-linux ``unshare`` and openssh-server
 (``scripts/setup.d/10-sshd.sh``).
