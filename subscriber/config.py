@@ -127,9 +127,17 @@ class DispatchSettings(_Section):
 
 
 class HandlerSettings(_Section):
-    """Extra handler modules: each is imported and its ``register(registry)`` called."""
+    """Extra handler modules: each is imported and its ``register(registry)`` called.
 
-    modules: tuple[str, ...] = ()
+    ``LCCN_HANDLERS__MODULES`` takes a JSON list or comma-separated names.
+    """
+
+    modules: Annotated[tuple[str, ...], NoDecode] = ()
+
+    @field_validator("modules", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _string_list(value)
 
 
 class SshSettings(_Section):

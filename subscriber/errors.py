@@ -13,10 +13,12 @@ boundary each, chaining the original with ``from exc``.
     ├── ConfigError                     bad configuration (fail at start-up)
     │   └── ConfigFileError             the configuration file is missing or unreadable
     ├── StoreError                      the event store failed
-    │   └── StoreUnavailable            (retriable) database unreachable / locked
+    │   ├── StoreUnavailable            (retriable) database unreachable / locked / refused us
+    │   └── SchemaTooNew                the store was migrated by a newer lccn-subscriber
     ├── NotificationParseError          a body is not a valid notification (also ValueError)
     ├── IngestError                     an ingest source failed (Kafka client errors)
     │   ├── BrokerUnavailable           (retriable) no Kafka broker answered
+    │   ├── ListenFailed                the HTTP listener cannot bind (port taken, not permitted)
     │   └── RecordRejected              a Kafka record is no notification (stored as poison)
     ├── ClusterParamsError              invalid k8s_cluster_installation_param (also ValueError)
     ├── StepError                       a step of a job failed
@@ -70,6 +72,7 @@ __all__ = [
     "HostKeyRejected",
     "IngestError",
     "LccnError",
+    "ListenFailed",
     "NotificationParseError",
     "OpenStackAuthFailed",
     "OpenStackError",
@@ -79,6 +82,7 @@ __all__ = [
     "PermanentStepError",
     "PublishInputError",
     "RecordRejected",
+    "SchemaTooNew",
     "ServiceMissing",
     "SftpFailed",
     "SkipStep",
@@ -151,6 +155,12 @@ class StoreUnavailable(StoreError):
     error_class = "store-unavailable"
 
 
+class SchemaTooNew(StoreError):
+    """The store's schema revision is unknown here: a newer version migrated it."""
+
+    error_class = "schema-newer"
+
+
 class NotificationParseError(LccnError, ValueError):
     """The body is not a valid notification.
 
@@ -176,6 +186,10 @@ class IngestError(LccnError):
 class BrokerUnavailable(IngestError):
     retriable = True
     error_class = "broker-unavailable"
+
+
+class ListenFailed(IngestError):
+    error_class = "listen"
 
 
 class RecordRejected(IngestError):

@@ -157,7 +157,6 @@ class Service(Component):
         return self.ingress.port
 
     async def _start(self) -> None:
-        log.info(self._routing_line)
         await self._start_child(self.store)
         for client in self._owned:
             await self._start_child(client)
@@ -173,6 +172,7 @@ class Service(Component):
             await self._start_child(self.subscriptions)
         if self.reconciler is not None:
             await self._start_child(self.reconciler)
+        log.info(self._routing_line)
 
     async def serve_forever(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (SIGTERM/SIGINT in the CLI)."""

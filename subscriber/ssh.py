@@ -53,6 +53,7 @@ from subscriber.config import SshSettings
 from subscriber.errors import (
     AuthenticationFailed,
     CommandTimeout,
+    ConfigError,
     HostKeyRejected,
     LccnError,
     SftpFailed,
@@ -262,6 +263,10 @@ class _Host:
     conn: asyncssh.SSHClientConnection | None = None
 
 
+def _missing(path: Path) -> str:
+    return "no such file" if not path.exists() else "not readable"
+
+
 class SshPool(Component):
     """The asyncssh-backed :class:`SshExecutor`: one reused connection per target.
 
@@ -286,7 +291,26 @@ class SshPool(Component):
     def known_hosts(self) -> KnownHosts:
         return self._known_hosts
 
-    # Nothing to open at start: connections open lazily.
+    async def _start(self) -> None:
+        """Check the files we were told to use; connections open lazily, on first use.
+
+        Raises:
+            ConfigError: a configured client key, or the known_hosts file under
+                ``strict`` (nothing could be trusted), cannot be read.
+        """
+        for key in self._settings.client_keys:
+            if not os.access(key, os.R_OK):
+                raise ConfigError(f"ssh.client_keys: {key}: {_missing(key)}")
+        known = self._settings.known_hosts
+        if (
+            known is not None
+            and self._policy is HostKeyPolicy.STRICT
+            and not os.access(known, os.R_OK)
+        ):
+            raise ConfigError(
+                f"ssh.known_hosts: {known}: {_missing(known)} (with host_key_policy strict "
+                "no host would be trusted; use accept-new to record keys on first use)"
+            )
 
     async def _stop(self) -> None:
         # Running commands fail as connection lost.

@@ -28,6 +28,7 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_UNAVAILABLE",
     "PROG",
     "CliError",
     "CommandGroup",
@@ -50,6 +51,7 @@ EXIT_OK = 0
 EXIT_INPUT = 1  # bad input, nothing done (kafka publish); the operator said no (replay)
 EXIT_ERROR = 2  # a CliError or a usage error (argparse); no Kafka broker answered
 EXIT_CONFIG = 3  # the configuration is wrong or lacks a section the command needs
+EXIT_UNAVAILABLE = 4  # something needed is unreachable or refused us: store, port, Tacker, broker
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 # What ``ArgumentParser.add_subparsers()`` returns.
@@ -128,15 +130,13 @@ async def with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]]) ->
     """Open the store (migrating it), run ``fn`` with it, close it.
 
     Raises:
-        CliError: the store cannot be opened.
+        StoreUnavailable: the database cannot be reached or refused us.
+        SchemaTooNew: a newer lccn-subscriber migrated it.
     """
     from subscriber.store import Store
 
     store = Store(settings.database)
-    try:
-        await store.start()
-    except Exception as exc:
-        raise CliError(f"cannot open the store: {type(exc).__name__}: {exc}") from None
+    await store.start()
     try:
         return await fn(store)
     finally:

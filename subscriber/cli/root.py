@@ -11,7 +11,9 @@ listed in :data:`GROUPS` in the order ``--help`` shows them; its commands set
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from subscriber.cli import config, db, events, handlers, kafka, operate, serve, subscribe
@@ -19,12 +21,14 @@ from subscriber.cli.helpers import (
     EXIT_CONFIG,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
     PROG,
     CliError,
     CommandGroup,
     parent_parsers,
 )
-from subscriber.errors import ConfigError
+from subscriber.errors import ConfigError, LccnError, SchemaTooNew
+from subscriber.redact import redact_text
 
 __all__ = ["GROUPS", "build_parser", "main"]
 
@@ -46,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole argparse tree: every group of :data:`GROUPS` adds its commands."""
     parents = parent_parsers()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on failure, print the traceback too (also with LCCN_LOG__LEVEL=debug)",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.add_parsers(subparsers, parents)
@@ -59,17 +68,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments after the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        the command's exit code; 2 after a one-line error, 130 after Ctrl-C.
+        the command's exit code (see :mod:`subscriber.cli.helpers`): 2 after a
+        command's one-line error, 3 for a configuration error, 4 when something
+        it needs is unreachable or refused it, 130 after Ctrl-C. Every failure
+        is one line on stderr, secrets masked; ``--debug`` adds the traceback.
     """
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("LCCN_LOG__LEVEL", "").lower() == "debug"
     try:
         code: int = args.func(args)
         return code
-    except CliError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except ConfigError as exc:
-        print(f"{PROG}: configuration error: {exc.message}", file=sys.stderr)
-        return EXIT_CONFIG
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except CliError as exc:
+        return _fail(f"error: {exc.message}", EXIT_ERROR, debug)
+    except (ConfigError, SchemaTooNew) as exc:
+        return _fail(f"configuration error: {exc.message}", EXIT_CONFIG, debug)
+    except LccnError as exc:
+        return _fail(f"error: {exc.message}", EXIT_UNAVAILABLE, debug)
+
+
+def _fail(line: str, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"{PROG}: {redact_text(line)}", file=sys.stderr)
+    return code

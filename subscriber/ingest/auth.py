@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from subscriber.config import AuthSettings, Settings
+from subscriber.errors import ConfigError
 from subscriber.ingest.problems import problem_response
 from subscriber.metrics import Metrics
 
@@ -68,14 +69,32 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
 def build_ssl_context(settings: AuthSettings) -> ssl.SSLContext | None:
-    """The listener's TLS context with client certificates required, or ``None`` (plain HTTP)."""
+    """The listener's TLS context with client certificates required, or ``None`` (plain HTTP).
+
+    Raises:
+        ConfigError: a file cannot be read or holds no usable certificate/key.
+    """
     mtls = settings.mtls
     if not mtls.enabled:
         return None
     assert mtls.ca_file and mtls.cert_file and mtls.key_file  # validated by the settings
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(mtls.ca_file))
-    ctx.load_cert_chain(str(mtls.cert_file), str(mtls.key_file))
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(mtls.ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"auth.mtls.ca_file {mtls.ca_file}: {_reason(exc)}") from exc
+    try:
+        ctx.load_cert_chain(str(mtls.cert_file), str(mtls.key_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"auth.mtls.cert_file {mtls.cert_file} / key_file {mtls.key_file}: {_reason(exc)}"
+        ) from exc
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     return ctx

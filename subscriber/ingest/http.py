@@ -20,7 +20,7 @@ from aiohttp import web
 from schemas import NotificationParseError, parse_notification
 from schemas.openapi import OPENAPI_PATH, openapi_document
 from subscriber.config import HttpSettings
-from subscriber.errors import StoreError, StoreUnavailable
+from subscriber.errors import ListenFailed, StoreError, StoreUnavailable
 from subscriber.ingest.problems import problem_middleware, problem_response
 from subscriber.lifecycle import Component
 from subscriber.store import EventStore, NewEvent
@@ -140,7 +140,14 @@ class CallbackIngress(Component):
             reuse_address=True,
             ssl_context=self._ssl,
         )
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            raise ListenFailed(
+                f"cannot listen on {self._settings.host}:{self._settings.port}: {reason} "
+                "(http.host, http.port or --port)"
+            ) from exc
         server: Any = site._server
         sockets = server.sockets if server is not None else []
         self.port = int(sockets[0].getsockname()[1]) if sockets else self._settings.port

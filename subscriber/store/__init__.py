@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
+from alembic.util.exc import CommandError
+from sqlalchemy.exc import SQLAlchemyError
+
 from subscriber.config import DatabaseSettings
+from subscriber.errors import SchemaTooNew, StoreError, StoreUnavailable
 from subscriber.lifecycle import Component
+from subscriber.redact import redact_url
 from subscriber.store.database import Database
 from subscriber.store.events import AppendedEvent, EventStore, QueueStats
 from subscriber.store.failed import FailedEvent, FailedFilter, FailedStore
@@ -43,6 +50,29 @@ __all__ = [
 ]
 
 
+def _reason(exc: BaseException) -> str:
+    """The first line that says why, from the driver's error or the OS's."""
+    seen: list[BaseException] = []
+    item: BaseException | None = exc
+    while item is not None and item not in seen:
+        seen.append(item)
+        if isinstance(item, OSError) and (item.errno or item.strerror):
+            return (os.strerror(item.errno) if item.errno else str(item.strerror)).lower()
+        item = getattr(item, "orig", None) or item.__cause__ or item.__context__
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0].removeprefix("(") if text else type(exc).__name__
+
+
+def store_open_error(exc: BaseException, url: str) -> StoreError:
+    """What opening the store at ``url`` (password masked) failed of, in one line."""
+    if isinstance(exc, CommandError) and "Can't locate revision" in str(exc):
+        return SchemaTooNew(
+            f"the store at {url} was migrated by a newer lccn-subscriber ({exc}): "
+            "run that version, or a database it has not touched"
+        )
+    return StoreUnavailable(f"cannot open the store at {url}: {_reason(exc)}")
+
+
 class Store(Component):
     """Owns the engines and the per-table stores.
 
@@ -73,8 +103,13 @@ class Store(Component):
 
     async def _start(self) -> None:
         # Migrate (when asked), then the writers.
-        if self._migrate:
-            await upgrade(self.db)
+        try:
+            if self._migrate:
+                await upgrade(self.db)
+            else:
+                await current_revision(self.db)  # reachable at all
+        except (SQLAlchemyError, OSError, CommandError) as exc:
+            raise store_open_error(exc, redact_url(self.db.url)) from exc
         await self.writer.start()
         await self.events.start()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -109,11 +108,12 @@ def test_error_classes() -> None:
 
 
 def test_wrap_runs_under_remote_timeout_and_sudo() -> None:
-    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent")))
+    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent"), host_key_policy="accept-new"))
     root = SshTarget(host="h")
     line, stdin = pool._wrap(root, "echo hi", sudo=True, env={"A": "1 2"}, limit=10)
-    assert stdin == b""
-    assert line == "timeout -k 5 11 bash -c " + shlex.quote("export A='1 2'; echo hi")
+    assert stdin == b"A MSAy\n\n"  # base64 of the value, first on stdin: never on the line
+    assert line.startswith("timeout -k 5 11 bash -c ") and "1 2" not in line
+    assert line.endswith("unset _n _v; echo hi'")
     keyed = SshTarget(host="h", username="ubuntu")
     line, stdin = pool._wrap(keyed, "id", sudo=True, env=None, limit=5)
     assert line.startswith("sudo -n -- timeout -k 5 6 bash -c") and stdin == b""
@@ -123,10 +123,24 @@ def test_wrap_runs_under_remote_timeout_and_sudo() -> None:
     assert "sudo -S" in line and "sudo -n -- timeout" in line
     line, stdin = pool._wrap(pw, "id", sudo=False, env=None, limit=5)
     assert stdin == b"" and "sudo" not in line
+    line, stdin = pool._wrap(pw, "id", sudo=True, env={"T": "x"}, limit=5)
+    assert stdin == b"pa ss\nT eA==\n\n"  # the sudo password line, then the environment
+
+
+async def test_configured_key_and_strict_known_hosts_must_be_readable(tmp_path: Path) -> None:
+    from subscriber.errors import ConfigError
+
+    missing = tmp_path / "id_missing"
+    with pytest.raises(ConfigError, match=r"ssh.client_keys: .*id_missing: no such file"):
+        await SshPool(SshSettings(client_keys=(missing,))).start()
+    with pytest.raises(ConfigError, match=r"ssh.known_hosts: .*: no such file"):
+        await SshPool(SshSettings(known_hosts=tmp_path / "kh")).start()
+    async with SshPool(SshSettings(known_hosts=tmp_path / "kh", host_key_policy="accept-new")):
+        pass  # accept-new creates it when it records the first key
 
 
 async def test_lifecycle_without_network() -> None:
-    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent")))
+    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent"), host_key_policy="accept-new"))
     with pytest.raises(RuntimeError, match="start"):
         await pool.run(SshTarget(host="h"), "true")
     async with pool:
@@ -137,7 +151,7 @@ async def test_lifecycle_without_network() -> None:
 
 
 async def test_unstopped_pool_warns() -> None:
-    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent")))
+    pool = SshPool(SshSettings(known_hosts=Path("/nonexistent"), host_key_policy="accept-new"))
     await pool.start()
     with pytest.warns(ResourceWarning, match="unclosed"):
         del pool
