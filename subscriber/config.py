@@ -152,7 +152,7 @@ class SshSettings(_Section):
 
     known_hosts: Path | None = None  # default: <data dir>/known_hosts
     host_key_policy: Literal["strict", "accept-new"] = "strict"
-    client_keys: tuple[Path, ...] = ()
+    client_keys: Annotated[tuple[Path, ...], NoDecode] = ()  # env: a,b or a JSON list
     port: int = Field(default=22, gt=0, le=65535)
     connect_timeout: float = Field(default=15.0, gt=0)
     # Every command gets one (Tacker's executor has none); steps pass their own.
@@ -164,6 +164,11 @@ class SshSettings(_Section):
     remote_shell: str = "bash"
     # OpenSSH's MaxSessions is 10 by default: stay below it per connection.
     max_sessions_per_host: int = Field(default=8, gt=0)
+
+    @field_validator("client_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        return _string_list(value)
 
     def resolved_known_hosts(self) -> Path:
         """The configured known_hosts file, or ``<data dir>/known_hosts``."""

@@ -75,5 +75,5 @@ def setup_logging(fmt: str = "json", level: str = "INFO") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    for noisy in ("aiohttp.access", "sqlalchemy", "aiosqlite", "asyncio"):
+    for noisy in ("aiohttp.access", "sqlalchemy", "aiosqlite", "asyncio", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -128,8 +128,8 @@ def test_toml_config_is_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "env", "message"),
     [
-        ("http:\n  port: seventy\n", {}, "invalid configuration: http.port:"),
-        ("htp:\n  port: 1\n", {}, "invalid configuration: htp:"),
+        ("http:\n  port: seventy\n", {}, "configuration error: http.port:"),
+        ("htp:\n  port: 1\n", {}, "configuration error: htp:"),
         ("", {"LCCN_DISPATCH__MAX_PARALLEL_LANES": "0"}, "dispatch.max_parallel_lanes"),
     ],
 )
@@ -139,17 +139,17 @@ def test_bad_config_is_a_one_line_error(
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(content)
     out = cli("config", "show", "--config", str(cfg), env=env)
-    assert out.returncode == 2
+    assert out.returncode == 3  # a configuration error
     assert len(out.stderr.strip().splitlines()) == 1
     assert message in out.stderr
 
 
 def test_missing_config_file_is_a_one_line_error(tmp_path: Path) -> None:
     out = cli("serve", "--config", str(tmp_path / "nope.yaml"))
-    assert out.returncode == 2
+    assert out.returncode == 3
     assert (
         out.stderr.strip()
-        == f"lccn-subscriber: error: config file not found: {tmp_path / 'nope.yaml'}"
+        == f"lccn-subscriber: configuration error: config file not found: {tmp_path / 'nope.yaml'}"
     )
 
 
@@ -171,7 +171,7 @@ def test_handlers_list_prints_the_routing_table() -> None:
     text = cli("handlers", "list", env={"LCCN_CLUSTER__HANDLERS": "on"}).stdout
     assert text.splitlines()[0].split() == ["operation", "state", "handler", "steps"]
     bad = cli("handlers", "list", env={"LCCN_HANDLERS__MODULES": '["no_such_module"]'})
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.returncode == 3 and "Traceback" not in bad.stderr
     assert "no_such_module" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 

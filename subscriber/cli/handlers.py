@@ -6,14 +6,12 @@ import argparse
 
 from subscriber.cli.helpers import (
     EXIT_OK,
-    CliError,
     Parents,
     Subparsers,
     print_json,
     settings_from,
     table,
 )
-from subscriber.errors import ConfigError
 
 __all__ = ["add_parsers"]
 
@@ -22,10 +20,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from handlers import registry_for, services_configured  # the CLI is above the handlers
 
     settings = settings_from(args)
-    try:
-        registry = registry_for(settings, services_configured(settings))
-    except ConfigError as exc:
-        raise CliError(exc.message) from None
+    registry = registry_for(settings, services_configured(settings))
     rows = [r.as_json() for r in registry.table()]
     if args.format == "json":
         print_json(rows)

@@ -9,15 +9,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from subscriber.config import Settings, load_settings
-from subscriber.errors import CliError, ConfigFileError
+from subscriber.errors import CliError, ConfigError, ConfigFileError
 
 if TYPE_CHECKING:
     from subscriber.store import Store
@@ -104,7 +106,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     """The effective settings: the config file, the environment, then the command's flags.
 
     Raises:
-        CliError: the file cannot be read or a value is invalid (the first one is named).
+        ConfigError: the file cannot be read or a value is invalid (the first one is named).
     """
     overrides: dict[str, dict[str, Any]] = {
         "http": {
@@ -118,12 +120,22 @@ def settings_from(args: argparse.Namespace) -> Settings:
         overrides["log"] = {"format": log_format}
     try:
         return load_settings(args.config, overrides)
-    except ConfigFileError as exc:
-        raise CliError(str(exc)) from None
+    except ConfigFileError:
+        raise
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in err.get("loc", ()))
-        raise CliError(f"invalid configuration: {loc}: {err.get('msg')}") from None
+        msg = str(err.get("msg", "")).removeprefix("Value error, ").removeprefix(f"{loc}: ")
+        raise ConfigError(f"{loc}: {msg}") from None
+    except SettingsError as exc:  # a value the environment source cannot decode as JSON
+        found = re.search(r'field "([^"]+)" from source "([^"]+)"', str(exc))
+        source = (
+            {"EnvSettingsSource": "the environment"}.get(found.group(2), found.group(2))
+            if found
+            else ""
+        )
+        where = f"{found.group(1)} (from {source})" if found else "a setting"
+        raise ConfigError(f"{where}: cannot parse the value: a JSON value is expected") from None
 
 
 async def with_store(settings: Settings, fn: Callable[[Store], Awaitable[T]]) -> T:

@@ -24,6 +24,8 @@ from subscriber.cli.helpers import (
     EXIT_ERROR,
     EXIT_INPUT,
     EXIT_OK,
+    EXIT_UNAVAILABLE,
+    PROG,
     Parents,
     Subparsers,
     settings_from,
@@ -91,7 +93,8 @@ def _need_servers(section: KafkaSettings, err: TextIO) -> bool:
     if section.enabled:
         return True
     print(
-        "kafka is not configured: set kafka.bootstrap_servers (LCCN_KAFKA__BOOTSTRAP_SERVERS)",
+        f"{PROG}: configuration error: kafka is not configured: set kafka.bootstrap_servers "
+        "(LCCN_KAFKA__BOOTSTRAP_SERVERS)",
         file=err,
     )
     return False
@@ -114,7 +117,7 @@ async def kafka_status(
         fmt: ``table`` or ``json``.
 
     Returns:
-        0, or 2 when no broker answered, 3 when Kafka is not configured.
+        0, or 4 when no broker answered, 3 when Kafka is not configured.
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -124,8 +127,8 @@ async def kafka_status(
     try:
         rows = await group_lag(section)
     except LccnError as exc:
-        print(f"error: {exc}", file=err)
-        return EXIT_ERROR
+        print(f"{PROG}: error: {exc}", file=err)
+        return EXIT_UNAVAILABLE if exc.retriable else EXIT_ERROR
     total = sum(r["lag"] for r in rows if r["lag"] is not None)
     if fmt == "json":
         doc = {
@@ -277,7 +280,7 @@ async def kafka_publish(
         validate: refuse the whole input if an item is not a valid notification.
 
     Returns:
-        0; 1 for bad input (nothing is sent); 2 when no broker answered;
+        0; 1 for bad input (nothing is sent); 4 when no broker answered;
         3 when Kafka is not configured.
     """
     out = out or sys.stdout
@@ -292,14 +295,14 @@ async def kafka_publish(
             text = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")
         items = read_notifications(text, validate=validate)
     except (OSError, UnicodeDecodeError, PublishInputError) as exc:
-        print(f"error: {exc}", file=err)
+        print(f"{PROG}: error: {exc}", file=err)
         return EXIT_INPUT
     target = topic or section.publish_topic
     try:
         sent = await _produce(section, target, items)
     except LccnError as exc:
-        print(f"error: {exc}", file=err)
-        return EXIT_ERROR
+        print(f"{PROG}: error: {exc}", file=err)
+        return EXIT_UNAVAILABLE if exc.retriable else EXIT_ERROR
     print(f"published {sent} notification(s) to {target}", file=out)
     return EXIT_OK
 

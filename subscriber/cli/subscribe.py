@@ -14,7 +14,7 @@ from typing import Any
 
 from subscriber.cli.helpers import EXIT_OK, CliError, Parents, Subparsers, settings_from
 from subscriber.config import Settings
-from subscriber.errors import LccnError
+from subscriber.errors import ConfigError
 from subscriber.tacker.client import TackerClient
 from subscriber.tacker.subscriptions import ensure_subscription
 
@@ -48,15 +48,15 @@ def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
 
 
 def _cmd_tacker(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(run_tacker_command(args, settings_from(args)))
-    except LccnError as exc:
-        raise CliError(exc.message) from None
+    # Tacker's and Keystone's errors reach the root as they are: one line, exit 4.
+    return asyncio.run(run_tacker_command(args, settings_from(args)))
 
 
 async def _with_client(settings: Settings, fn: Callable[[TackerClient], Awaitable[Any]]) -> Any:
     if not settings.tacker.configured:
-        raise LccnError("no Tacker configured: set tacker.endpoint or a Keystone tacker.auth_type")
+        raise ConfigError(
+            "no Tacker configured: set tacker.endpoint or a Keystone tacker.auth_type"
+        )
     async with TackerClient(settings.tacker) as client:
         return await fn(client)
 
@@ -91,7 +91,7 @@ async def run_tacker_command(args: argparse.Namespace, settings: Settings) -> in
     if command == "delete":
         deleted = await _with_client(settings, lambda c: c.delete_subscription(args.id))
         if not deleted:
-            raise LccnError(f"no subscription {args.id} in Tacker")
+            raise CliError(f"no subscription {args.id} in Tacker")
         print(f"subscription {args.id} deleted")
         return EXIT_OK
-    raise LccnError(f"unknown command {command!r}")
+    raise CliError(f"unknown command {command!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import ssl
 from typing import Any
 
@@ -143,7 +144,7 @@ class CallbackIngress(Component):
         try:
             await site.start()
         except OSError as exc:
-            reason = (exc.strerror or str(exc)).lower()
+            reason = (os.strerror(exc.errno) if exc.errno else str(exc)).lower()
             raise ListenFailed(
                 f"cannot listen on {self._settings.host}:{self._settings.port}: {reason} "
                 "(http.host, http.port or --port)"

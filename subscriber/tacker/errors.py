@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,5 +101,10 @@ def translate_errors(what: str) -> Iterator[None]:
         raise TackerRejected(f"{what}: Keystone: {redact_text(str(exc))}") from exc
     except TimeoutError as exc:
         raise TackerUnavailable(f"{what}: timed out") from exc
+    except aiohttp.ClientConnectorError as exc:
+        reason = (os.strerror(exc.os_error.errno) if exc.os_error.errno else str(exc)).lower()
+        raise TackerUnavailable(
+            f"{what}: cannot connect to {exc.host}:{exc.port}: {reason}"
+        ) from exc
     except aiohttp.ClientError as exc:
         raise TackerUnavailable(f"{what}: {type(exc).__name__}") from exc

@@ -110,8 +110,8 @@ async def test_unreachable_broker_and_unconfigured(tmp_path: Path) -> None:
     path = tmp_path / "one.json"
     path.write_text(json.dumps(transitions(1)[0]))
     err = io.StringIO()
-    assert await kafka_publish(settings, str(path), err=err) == 2
-    assert await kafka_status(settings, err=err) == 2
+    assert await kafka_publish(settings, str(path), err=err) == 4  # unavailable
+    assert await kafka_status(settings, err=err) == 4
     assert "no Kafka broker answered" in err.getvalue()
     assert await kafka_status(Settings(), err=err) == 3
 
