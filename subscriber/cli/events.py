@@ -1,9 +1,10 @@
-"""``lccn-subscriber events list|show``: the stored events."""
+"""``lccn-subscriber events list|show|watch``: the stored events, and a live view of them."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 from subscriber.cli.helpers import (
@@ -51,8 +52,30 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from subscriber.watch import format_record, watch
+
+    settings = settings_from(args)
+
+    def emit(record: dict[str, Any]) -> None:
+        print(json.dumps(record) if args.format == "json" else format_record(record), flush=True)
+
+    async def follow(store: Store) -> None:
+        await watch(
+            store,
+            emit,
+            instance=args.instance,
+            interval=args.interval,
+            from_start=args.all,
+            until_idle=args.until_idle,
+        )
+
+    asyncio.run(with_store(settings, follow))
+    return EXIT_OK
+
+
 def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
-    """Add ``events list`` and ``events show ID``.
+    """Add ``events list``, ``events show ID`` and ``events watch``.
 
     Arguments:
         subparsers: the root parser's subcommands.
@@ -70,3 +93,14 @@ def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
     show = events.add_parser("show", parents=parents.store, help="one event with its jobs")
     show.add_argument("id", type=int)
     show.set_defaults(func=cmd_show_event)
+    live = events.add_parser(
+        "watch", parents=parents.store, help="new events and their jobs' steps, live"
+    )
+    live.add_argument("--instance", help="only events of this vnfInstanceId")
+    live.add_argument("--interval", type=float, default=0.5, help="seconds between looks")
+    live.add_argument("--all", action="store_true", help="the events already stored too")
+    live.add_argument(
+        "--until-idle", action="store_true", help="stop once every event seen has settled"
+    )
+    live.add_argument("--format", choices=("text", "json"), default="text")
+    live.set_defaults(func=_cmd_watch)
