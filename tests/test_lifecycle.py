@@ -21,7 +21,7 @@ from aiohttp import web
 from schemas import parse_notification
 from subscriber.config import DatabaseSettings, DispatchSettings, KafkaSettings, TackerSettings
 from subscriber.dispatcher import Dispatcher
-from subscriber.errors import StoreError
+from subscriber.errors import ListenFailed, StoreError
 from subscriber.ingest.kafka import KafkaSource
 from subscriber.lifecycle import Component, State
 from subscriber.service import Service
@@ -397,7 +397,7 @@ async def test_a_service_whose_start_fails_stops_what_it_started(db_url: str) ->
             update={"http": settings.http.model_copy(update={"port": taken.getsockname()[1]})}
         )
         svc = Service(settings)
-        with pytest.raises(OSError):
+        with pytest.raises(ListenFailed, match="address already in use"):
             await svc.start()
     for part in (svc, svc.store, svc.store.writer, svc.store.events, svc.dispatcher, svc.ingress):
         assert part.state is State.STOPPED, part

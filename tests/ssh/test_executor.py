@@ -77,15 +77,15 @@ async def test_wrong_password_is_permanent_and_not_shown(bed: Any) -> None:
 
 
 async def test_strict_rejects_unknown_host_key(bed: Any, tmp_path: Path) -> None:
-    settings = SshSettings(
-        known_hosts=tmp_path / "empty_known_hosts", client_keys=(bed.client_key,)
-    )
+    known = tmp_path / "empty_known_hosts"
+    known.touch()
+    settings = SshSettings(known_hosts=known, client_keys=(bed.client_key,))
     async with SshPool(settings) as pool:
         with pytest.raises(HostKeyRejected) as info:
             await pool.run(root_target(bed, 0), "true")
     assert not info.value.retriable
     assert "unknown" in str(info.value)
-    assert not (tmp_path / "empty_known_hosts").exists()  # strict records nothing
+    assert known.read_text() == ""  # strict records nothing
 
 
 async def test_strict_rejects_a_changed_host_key(bed: Any, tmp_path: Path) -> None:

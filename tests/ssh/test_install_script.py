@@ -238,7 +238,9 @@ async def test_ha_cluster_three_masters_two_workers(bed: Any, pool: SshPool) -> 
     joins = [c for c in calls(bed, "kubeadm", "join") if c["rc"] == 0]
     control_joins = [c for c in joins if "--control-plane" in c["argv"]]
     worker_joins = [c for c in joins if "--control-plane" not in c["argv"]]
-    assert sorted(c["host"] for c in control_joins) == [f"master{octet(m)}" for m in masters[1:]]
+    assert sorted(c["host"] for c in control_joins) == sorted(
+        f"master{octet(m)}" for m in masters[1:]
+    )  # names, not numbers: master100 sorts before master99
     assert sorted(c["host"] for c in worker_joins) == sorted(f"worker{octet(w)}" for w in workers)
     for join in joins:
         assert join["argv"][1] == endpoint
