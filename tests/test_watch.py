@@ -31,15 +31,20 @@ async def test_watch_shows_each_event_its_steps_and_its_outcome(
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    assert watcher.stdout is not None
-    first = json.loads(await asyncio.wait_for(watcher.stdout.readline(), 60))
-    assert first["kind"] == "watching"  # it has looked once: only newer events from now on
-    fault.touch()  # the second event's install step fails for good
-    inst = "watch-" + os.urandom(4).hex()
-    ok = op_occ(instance=inst, state="COMPLETED")
-    async with http.post(callback_url(svc), json=ok) as resp:
-        assert resp.status == 204
-    out, err = await asyncio.wait_for(watcher.communicate(), 60)
+    try:
+        assert watcher.stdout is not None
+        first = json.loads(await asyncio.wait_for(watcher.stdout.readline(), 60))
+        assert first["kind"] == "watching"  # it has looked once: only newer events from now on
+        fault.touch()  # the install step fails for good
+        inst = "watch-" + os.urandom(4).hex()
+        ok = op_occ(instance=inst, state="COMPLETED")
+        async with http.post(callback_url(svc), json=ok) as resp:
+            assert resp.status == 204
+        out, err = await asyncio.wait_for(watcher.communicate(), 60)
+    finally:
+        if watcher.returncode is None:
+            watcher.kill()
+            await watcher.wait()
     assert watcher.returncode == 0, err.decode()
     records = [json.loads(line) for line in out.decode().splitlines()]
     kinds = [r["kind"] for r in records]
