@@ -243,12 +243,28 @@ def join_command(cluster: dict[str, Any], token: str) -> str:
 # ---------------------------------------------------------------- kubeadm
 
 
+# The head of kubeadm 1.20's `kubeadm config print init-defaults` (what scripts read).
+INIT_DEFAULTS = """apiVersion: kubeadm.k8s.io/v1beta2
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: 1.2.3.4
+  bindPort: 6443
+---
+apiVersion: kubeadm.k8s.io/v1beta2
+kind: ClusterConfiguration
+certificatesDir: /etc/kubernetes/pki
+kubernetesVersion: v1.20.0
+"""
+
+
 def kubeadm(args: list[str]) -> str:
     if not args:
         raise Fail("kubeadm: missing command")
     cmd = args[0]
     if cmd == "version":
         return f'kubeadm version: &version.Info{{GitVersion:"{VERSION}"}}\n'
+    if args[:3] == ["config", "print", "init-defaults"]:
+        return INIT_DEFAULTS
     if cmd == "init" and len(args) > 2 and args[1] == "phase" and args[2] == "upload-certs":
         return kubeadm_upload_certs(args[3:])
     if cmd == "init":
