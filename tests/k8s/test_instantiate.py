@@ -21,6 +21,7 @@ import pytest
 
 from handlers import default_registry
 from subscriber.config import ClusterSettings, Settings, SshSettings
+from subscriber.kernel import Services
 from subscriber.service import Service
 from tests.cluster_fakes import cluster_vnf, k8s_params
 from tests.conftest import callback_url, make_settings, wait_settled
@@ -78,7 +79,7 @@ async def test_instantiate_builds_a_real_cluster_and_writes_back_working_access(
     svc = Service(
         settings,
         registry=default_registry(cluster=settings.cluster, cluster_handlers=True),
-        services={"tacker": tacker, "openstack": openstack},
+        services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()
     try:
