@@ -38,7 +38,8 @@ def test_the_wheel_ships_the_node_files(tmp_path: Path) -> None:
     )
     probe = (
         "import handlers, handlers.toolkit.hosts as h; "
-        "from subscriber.config import ClusterSettings; s = ClusterSettings(); files = [h.node_file(s, n) for n in h.NODE_FILES]; "
+        "from subscriber.config import ClusterSettings; s = ClusterSettings(); "
+        "files = [h.node_file(s, n) for n in h.NODE_FILES]; "
         "print(handlers.__file__); print(files[0].splitlines()[0].decode()); "
         "print(b'kind: Secret' in files[1])"
     )
