@@ -35,7 +35,7 @@ __all__ = [
     "wait_for",
 ]
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "handlers" / "toolkit" / "node"  # node-side files
 SCRIPT = "/tmp/install_k8s_cluster.sh"
 # What install_k8s_cluster.sh needs on these hosts, through its environment (the
 # handlers pass the same through ClusterSettings.script_env): the tools are there
