@@ -41,7 +41,7 @@ from subscriber.kernel.ports import SshTarget  # noqa: E402
 from subscriber.ssh import SshPool  # noqa: E402
 from tests.testbed import testhosts  # noqa: E402
 
-SCRIPTS = ROOT / "scripts"
+SCRIPTS = ROOT / "handlers" / "toolkit" / "node"  # node-side files
 SCRIPT = "/tmp/install_k8s_cluster.sh"
 ENV = {"K8S_SKIP_PHASES": "packages,cni"}
 

@@ -12,19 +12,21 @@ from __future__ import annotations
 import asyncio
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
+from importlib import resources
 
 from handlers.toolkit.shell import NodeShell
 from subscriber.config import ClusterSettings
+from subscriber.errors import ConfigError
 from subscriber.kernel.ports import ClusterNode
 
 __all__ = [
     "HOSTS_BEGIN",
     "HOSTS_END",
+    "NODE_FILES",
     "REMOTE_SCRIPT",
     "REMOTE_TOKEN_YAML",
     "hosts_block",
-    "scripts_dir",
+    "node_file",
     "upload_scripts",
     "write_hosts",
 ]
@@ -51,11 +53,23 @@ rm -f "$tmp"
 """
 
 
-def scripts_dir(settings: ClusterSettings) -> Path:
-    """The node-side scripts: configured, or those shipped with lccn-subscriber."""
+NODE_FILES = ("install_k8s_cluster.sh", "create_admin_token.yaml")
+
+
+def node_file(settings: ClusterSettings, name: str) -> bytes:
+    """A node-side file: from ``cluster.scripts_dir`` when set, else the one shipped
+    in the package (:mod:`handlers.toolkit.node`, package data of the wheel).
+
+    Raises:
+        ConfigError: ``cluster.scripts_dir`` lacks it.
+    """
     if settings.scripts_dir is not None:
-        return settings.scripts_dir
-    return Path(__file__).resolve().parents[2] / "scripts"
+        path = settings.scripts_dir / name
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cluster.scripts_dir: {path}: {exc.strerror or exc}") from exc
+    return resources.files("handlers.toolkit.node").joinpath(name).read_bytes()
 
 
 async def upload_scripts(shell: NodeShell, nodes: Sequence[ClusterNode]) -> None:
@@ -65,13 +79,14 @@ async def upload_scripts(shell: NodeShell, nodes: Sequence[ClusterNode]) -> None
 
     Raises:
         SshError: a node could not be reached or refused the upload.
+        ConfigError: ``cluster.scripts_dir`` lacks a file.
     """
-    source = scripts_dir(shell.settings)
+    script, token_yaml = (node_file(shell.settings, name) for name in NODE_FILES)
 
     async def one(node: ClusterNode) -> None:
         target = shell.target(node)
-        await shell.ssh.upload(target, source / "install_k8s_cluster.sh", REMOTE_SCRIPT, mode=0o755)
-        await shell.ssh.upload(target, source / "create_admin_token.yaml", REMOTE_TOKEN_YAML)
+        await shell.ssh.upload(target, script, REMOTE_SCRIPT, mode=0o755)
+        await shell.ssh.upload(target, token_yaml, REMOTE_TOKEN_YAML)
 
     await asyncio.gather(*(one(n) for n in nodes))
 

@@ -110,6 +110,27 @@ async def join_data(shell: NodeShell, via: ClusterNode, *, step: str | None = No
     return JoinData(SecretStr(token[0]), ca_hash)
 
 
+# kubeadm's upload-certs phase, given the master's own address: without it
+# kubeadm looks for a default route to pick one and fails on hosts that have
+# none ("cannot use 0.0.0.0 as the bind address"), and without a version it asks
+# dl.k8s.io. The configuration's apiVersion is the one this kubeadm prints.
+_UPLOAD_CERTS = r"""set -e
+api=$("$KUBEADM" config print init-defaults 2>/dev/null |
+  awk '$1 == "apiVersion:" && $2 ~ /^kubeadm/ {print $2; exit}')
+[ -n "$api" ] || { echo "kubeadm config print init-defaults printed no apiVersion" >&2; exit 3; }
+version=$("$KUBEADM" version -o short)
+config=$(mktemp)
+trap 'rm -f "$config"' EXIT
+{
+  printf 'apiVersion: %s\nkind: InitConfiguration\n' "$api"
+  printf 'localAPIEndpoint:\n  advertiseAddress: %s\n---\n' "$ADDRESS"
+  printf 'apiVersion: %s\nkind: ClusterConfiguration\n' "$api"
+  printf 'kubernetesVersion: %s\n' "$version"
+} > "$config"
+"$KUBEADM" init phase upload-certs --upload-certs --config "$config"
+"""
+
+
 async def certificate_key(
     shell: NodeShell, via: ClusterNode, *, secrets: tuple[str, ...] = (), step: str | None = None
 ) -> SecretStr:
@@ -119,7 +140,10 @@ async def certificate_key(
         CommandFailed: kubeadm failed; PermanentStepError: it printed no key.
     """
     result = await shell.run(
-        via, shell.kubeadm("init phase upload-certs --upload-certs"), secrets=secrets
+        via,
+        f"bash -c {shlex.quote(_UPLOAD_CERTS)}",
+        env={"KUBEADM": shell.settings.kubeadm, "ADDRESS": via.nic_ip},
+        secrets=secrets,
     )
     lines = result.check(step=step).stdout.strip().splitlines()
     if not lines:

@@ -26,7 +26,7 @@ from tests.testbed import testhosts
 
 pytestmark = pytest.mark.ssh
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "handlers" / "toolkit" / "node"  # node-side files
 SCRIPT = "/tmp/install_k8s_cluster.sh"
 # The test hosts have the (stand-in) tools: skip apt and the CNI, run the rest for real.
 ENV = {"K8S_SKIP_PHASES": "packages,cni"}

@@ -292,12 +292,30 @@ def etcdctl(args: list[str]) -> str:
 # ---------------------------------------------------------------- kubeadm
 
 
+# The head of kubeadm 1.20's `kubeadm config print init-defaults` (what scripts read).
+INIT_DEFAULTS = """apiVersion: kubeadm.k8s.io/v1beta2
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: 1.2.3.4
+  bindPort: 6443
+---
+apiVersion: kubeadm.k8s.io/v1beta2
+kind: ClusterConfiguration
+certificatesDir: /etc/kubernetes/pki
+kubernetesVersion: v1.20.0
+"""
+
+
 def kubeadm(args: list[str]) -> str:
     if not args:
         raise Fail("kubeadm: missing command")
     cmd = args[0]
     if cmd == "version":
+        if opt(args, "-o") == "short" or opt(args, "--output") == "short":
+            return f"{VERSION}\n"
         return f'kubeadm version: &version.Info{{GitVersion:"{VERSION}"}}\n'
+    if args[:3] == ["config", "print", "init-defaults"]:
+        return INIT_DEFAULTS
     if cmd == "init" and len(args) > 2 and args[1] == "phase" and args[2] == "upload-certs":
         return kubeadm_upload_certs(args[3:])
     if cmd == "init":
@@ -403,6 +421,13 @@ def kubeadm_upload_certs(args: list[str]) -> str:
     need_root()
     if not flag(args, "--upload-certs"):
         return "[upload-certs] Skipping phase. Please see --upload-certs\n"
+    config = opt(args, "--config")
+    if config is not None:
+        # Like kubeadm: the file must be a kubeadm configuration it can read.
+        with open(config) as fh:
+            text = fh.read()
+        if "kind: InitConfiguration" not in text or "apiVersion: kubeadm.k8s.io/" not in text:
+            raise Fail(f"unable to read config from {config!r}: no InitConfiguration")
     if not os.path.exists(f"{ETC}/admin.conf"):
         raise Fail(
             "error execution phase upload-certs: failed to load admin kubeconfig: "

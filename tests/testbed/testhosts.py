@@ -6,9 +6,21 @@ Every host gets its own address, hostname and private ``/etc/kubernetes``,
 ``/etc/haproxy`` and ``/etc/keepalived`` (bind mounts inside
 ``unshare --uts --mount --propagation private``), so a script that writes
 ``/tmp/installed`` or ``/etc/kubernetes/admin.conf`` on one host does not see
-another host's files. ``/usr/local/bin`` is replaced by the stand-in
-``kubeadm``/``kubectl`` (``tests/testbed/k8s_standin.py``), which keep one shared
-cluster state for all hosts of a bed.
+another host's files. ``/usr/local/bin`` is replaced by one of two tool sets:
+
+* ``kubernetes="standin"`` (the ``ssh`` tier): the stand-in ``kubeadm``/``kubectl``
+  (``tests/testbed/k8s_standin.py``), which keep one shared cluster state for all
+  hosts of a bed;
+* ``kubernetes="real"`` (the ``k8s`` tier): the real ``kubeadm``, ``kubectl``,
+  ``kube-apiserver``, ``kube-controller-manager`` and ``kube-scheduler`` built by
+  ``scripts/setup.d/40-k8s.sh`` (etcd is Debian's, in /usr/bin), the kubelet
+  stand-in as ``kubelet`` (``tests/testbed/kubelet_standin.py``) and a
+  ``systemctl`` that starts and stops it (``tests/testbed/systemctl_shim.sh``;
+  there is no systemd). The hosts also get private ``/var/lib/cni``,
+  ``/var/lib/dockershim``, ``/var/run/kubernetes`` and ``/etc/cni/net.d``, which
+  ``kubeadm reset`` empties. The static pods (etcd, the API server ...) run as
+  processes inside the host's namespaces; :func:`reset_cluster` and
+  :func:`destroy` stop them, the API server before etcd.
 
 Network: one bridge per bed whose host end lives in the root namespace (so the
 test process reaches the hosts, and 127.0.0.1 services stay where they are),
@@ -21,10 +33,11 @@ usable address is never assigned (a reachable-subnet, unused address for
 Use from Python (``create()`` / ``destroy()``) or the command line::
 
     python3 -m tests.testbed.testhosts up --count 3 [--no-password] [--join-delay 0.5]
+    python3 -m tests.testbed.testhosts up --count 3 --kubernetes real
     python3 -m tests.testbed.testhosts down RUN_DIR        # or: down --all
 
 Needs root, iproute2, util-linux ``unshare`` and openssh-server
-(``scripts/setup.d/10-sshd.sh``).
+(``scripts/setup.d/10-sshd.sh``); the real mode also ``scripts/setup.d/40-k8s.sh``.
 """
 
 from __future__ import annotations
@@ -42,9 +55,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 __all__ = [
     "BASE_ROOT",
@@ -53,14 +67,33 @@ __all__ = [
     "create",
     "destroy",
     "destroy_all",
+    "k8s_bin_dir",
+    "k8s_missing",
+    "kubernetes_processes",
     "reset_cluster",
+    "stop_kubernetes",
     "wipe_host",
 ]
 
 SUBNET = ipaddress.ip_network("10.77.0.0/24")
 BLOCK_PREFIX = 27
 BASE_ROOT = Path("/run/lccn-testhosts")
-STANDIN = Path(__file__).resolve().parent / "k8s_standin.py"
+HERE = Path(__file__).resolve().parent
+STANDIN = HERE / "k8s_standin.py"
+KUBELET_STANDIN = HERE / "kubelet_standin.py"
+SYSTEMCTL_SHIM = HERE / "systemctl_shim.sh"
+K8S_VERSION = "1.20.2"
+K8S_TOOLS = ("kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# What the real mode's hosts run, in stop order: the API server before etcd.
+K8S_PROCESSES = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "haproxy",
+    "keepalived",
+    "etcd",
+)
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "lccntest"
 TEST_UID = 61917
@@ -76,11 +109,38 @@ PRIVATE_DIRS = (
     "/etc/haproxy",
     "/etc/keepalived",
 )
+# Also private in the real mode: kubeadm reset empties them.
+REAL_PRIVATE_DIRS = ("/var/lib/cni", "/var/lib/dockershim", "/var/run/kubernetes", "/etc/cni/net.d")
+KubernetesMode = Literal["standin", "real"]
+
+
+def k8s_bin_dir() -> Path:
+    """Where ``scripts/setup.d/40-k8s.sh`` puts the built Kubernetes binaries."""
+    cache = os.environ.get("LCCN_TEST_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lccn-subscriber"
+    )
+    return Path(cache) / f"kubernetes-{K8S_VERSION}" / "bin"
+
+
+def k8s_missing() -> str | None:
+    """Why the real mode cannot run here (a sentence), or ``None`` when it can."""
+    bin_dir = k8s_bin_dir()
+    missing = [tool for tool in K8S_TOOLS if not os.access(bin_dir / tool, os.X_OK)]
+    if missing:
+        return (
+            f"Kubernetes {K8S_VERSION} binaries missing in {bin_dir} ({', '.join(missing)}): "
+            "run `bash scripts/setup.d/40-k8s.sh`"
+        )
+    if shutil.which("etcd") is None or shutil.which("openssl") is None:
+        return "etcd or openssl missing: run `bash scripts/setup.d/40-k8s.sh`"
+    return None
 
 
 @dataclass(frozen=True)
 class TestHost:
     """One sshd host: ``name`` is its hostname, ``address`` its IPv4 address."""
+
+    __test__ = False  # not a pytest test class, whatever its name
 
     name: str
     address: str
@@ -103,7 +163,10 @@ class TestBed:
         user, password: the password-auth test user (``None`` when disabled).
         unused_address: an address of the bed's block that no host answers on.
         cluster_dir: where the stand-ins keep ``state.json`` and ``calls.jsonl``.
+        kubernetes: ``standin`` (stand-in kubeadm/kubectl) or ``real`` (see the module).
     """
+
+    __test__ = False  # not a pytest test class, whatever its name
 
     run_id: str
     root: Path
@@ -117,6 +180,11 @@ class TestBed:
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     hosts: list[TestHost] = field(default_factory=list)
+    kubernetes: KubernetesMode = "standin"
+
+    def private_dir(self, host: TestHost, target: str) -> Path:
+        """The directory the host sees as ``target`` (e.g. ``/etc/kubernetes``)."""
+        return self.root / "hosts" / host.name / "fs" / target.strip("/").replace("/", "-")
 
     @property
     def calls_log(self) -> Path:
@@ -259,6 +327,29 @@ def _write_standins(bed: TestBed) -> Path:
     return bin_dir
 
 
+def _write_real_tools(bed: TestBed) -> Path:
+    """PATH of the real mode: the built binaries, the kubelet stand-in, a systemctl."""
+    bin_dir = bed.root / "bin"
+    bin_dir.mkdir()
+    # Each host bind-mounts the cache's bin directory here before its private /root
+    # hides the cache (see _start_host).
+    (bed.root / "k8s-bin").mkdir()
+    for tool in K8S_TOOLS:
+        (bin_dir / tool).symlink_to(bed.root / "k8s-bin" / tool)
+    standin = bin_dir / KUBELET_STANDIN.name
+    shutil.copyfile(KUBELET_STANDIN, standin)
+    kubelet = bin_dir / "kubelet"
+    kubelet.write_text(
+        "#!/bin/sh\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
+        f"exec /usr/bin/python3 '{standin}' \"$@\"\n"
+    )
+    kubelet.chmod(0o755)
+    systemctl = bin_dir / "systemctl"
+    shutil.copyfile(SYSTEMCTL_SHIM, systemctl)
+    systemctl.chmod(0o755)
+    return bin_dir
+
+
 def _write_accounts(bed: TestBed, host_dir: Path, home: Path) -> None:
     """Private /etc/passwd, /etc/shadow, /etc/group and /etc/sudoers with the test user."""
     assert bed.password is not None
@@ -332,7 +423,12 @@ def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path
     _run("ip", "-n", namespace, "link", "set", "lo", "up")
 
     mounts: list[tuple[str, str]] = []
-    for target in PRIVATE_DIRS:
+    private_dirs = PRIVATE_DIRS
+    if bed.kubernetes == "real":
+        # First, while /root (and the cache in it) is still the machine's.
+        mounts.append((str(k8s_bin_dir()), str(bed.root / "k8s-bin")))
+        private_dirs += REAL_PRIVATE_DIRS
+    for target in private_dirs:
         Path(target).mkdir(parents=True, exist_ok=True)  # mountpoints must exist
         private = host_dir / "fs" / target.strip("/").replace("/", "-")
         private.mkdir(parents=True)
@@ -427,6 +523,7 @@ def create(
     password: bool = True,
     join_delay: float = 0.0,
     start_timeout: float = 20.0,
+    kubernetes: KubernetesMode = "standin",
 ) -> TestBed:
     """Create ``count`` sshd hosts; tear down everything if any step fails.
 
@@ -436,14 +533,21 @@ def create(
         password: also enable password auth with a test user that may sudo.
         join_delay: seconds every stand-in ``kubeadm join`` sleeps.
         start_timeout: how long to wait for every sshd to listen.
+        kubernetes: ``standin`` or ``real`` tools on the hosts' PATH (see the module).
 
     Returns:
         The bed; pass it to :func:`destroy`.
+
+    Raises:
+        PermissionError: not root.
+        FileNotFoundError: sshd, or (real mode) the built Kubernetes binaries, missing.
     """
     if os.geteuid() != 0:
         raise PermissionError("test hosts need root (network namespaces, mounts)")
     if not Path(SSHD).exists():
         raise FileNotFoundError(f"{SSHD} missing: run scripts/setup.d/10-sshd.sh")
+    if kubernetes == "real" and (why := k8s_missing()) is not None:
+        raise FileNotFoundError(why)
     run_id = "lt" + secrets.token_hex(3)[:5]
     root = BASE_ROOT / run_id
     root.mkdir(parents=True)
@@ -470,6 +574,7 @@ def create(
         cluster_dir=cluster_dir,
         user=TEST_USER if password else None,
         password=secrets.token_urlsafe(12) if password else None,
+        kubernetes=kubernetes,
     )
     _save_meta(bed)
     try:
@@ -479,7 +584,7 @@ def create(
         _run("ip", "link", "add", bed.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{bridge_addr}/{BLOCK_PREFIX}", "dev", bed.bridge)
         _run("ip", "link", "set", bed.bridge, "up")
-        bin_dir = _write_standins(bed)
+        bin_dir = _write_real_tools(bed) if kubernetes == "real" else _write_standins(bed)
         host_names = list(names) if names else [f"node{a.rsplit('.', 1)[1]}" for a in addresses]
         if len(host_names) != count:
             raise ValueError("names must have one entry per host")
@@ -498,8 +603,11 @@ def reset_cluster(bed: TestBed) -> None:
     """Forget the stand-in cluster and empty every host's private directories.
 
     The hosts keep running (and their sshd host keys); what a previous test
-    left in /etc/kubernetes, /tmp, /root ... and the shared state are gone.
+    left in /etc/kubernetes, /tmp, /root ... and the shared state are gone. In the
+    real mode the kubelet stand-ins and the static pods they run are stopped first.
     """
+    if bed.kubernetes == "real":
+        stop_kubernetes(bed)
     for name in ("state.json", "calls.jsonl"):
         path = bed.cluster_dir / name
         path.write_text("")
@@ -511,8 +619,11 @@ def wipe_host(bed: TestBed, host: TestHost) -> None:
     """What deleting or rebuilding a host's VM does to it: its private files are gone.
 
     The stand-in cluster keeps whatever it knew of the host (its Node object,
-    its etcd member), as a real cluster does when a VM disappears.
+    its etcd member), as a real cluster does when a VM disappears. In the real
+    mode the host's kubelet stand-in and static pods stop first (the VM is gone).
     """
+    if bed.kubernetes == "real":
+        stop_kubernetes(bed, hosts=[host])
     host_dir = bed.root / "hosts" / host.name
     for private in (host_dir / "fs").iterdir():
         for entry in private.iterdir():
@@ -523,6 +634,91 @@ def wipe_host(bed: TestBed, host: TestHost) -> None:
     (host_dir / "hosts").write_text(
         f"127.0.0.1 localhost\n127.0.1.1 {host.name}\n{host.address} {host.name}\n"
     )
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _k8s_rank(argv: Sequence[str]) -> int | None:
+    """Stop rank of a real-mode process (its place in K8S_PROCESSES), else None."""
+    if not argv:
+        return None
+    names = [os.path.basename(argv[0])]
+    if len(argv) > 1 and names[0].startswith("python"):
+        names.append("kubelet" if "kubelet_standin" in argv[1] else "")
+    for name in names:
+        if name in K8S_PROCESSES:
+            return K8S_PROCESSES.index(name)
+    return None
+
+
+def _wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
+    left = list(pids)
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [pid for pid in left if _running(pid)]
+    return left
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def kubernetes_processes(host: TestHost) -> list[str]:
+    """Names (from ``K8S_PROCESSES``) of the real-mode processes running on ``host``."""
+    names = []
+    for pid in _namespace_pids(host.namespace):
+        rank = _k8s_rank(_cmdline(pid))
+        if rank is not None and _running(pid):
+            names.append(K8S_PROCESSES[rank])
+    return sorted(names, key=K8S_PROCESSES.index)
+
+
+def stop_kubernetes(
+    bed: TestBed, timeout: float = 60.0, *, hosts: Sequence[TestHost] | None = None
+) -> None:
+    """Stop every kubelet stand-in and static-pod process of the bed's hosts.
+
+    The stand-ins first (SIGTERM: each stops its processes, the API server before
+    etcd), then whatever is left, in the same order (SIGTERM, SIGKILL after 10 s).
+
+    Arguments:
+        hosts: only these hosts' (default: every host of the bed).
+    """
+    chosen = list(hosts) if hosts is not None else bed.hosts
+    standins: list[int] = []
+    for host in chosen:
+        pidfile = bed.private_dir(host, "/var/lib/kubelet") / "standin.pid"
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pidfile.read_text().strip())
+            if _running(pid) and _k8s_rank(_cmdline(pid)) == K8S_PROCESSES.index("kubelet"):
+                os.kill(pid, signal.SIGTERM)
+                standins.append(pid)
+    _wait_gone(standins, timeout)
+    namespaces = {host.namespace for host in chosen}
+    left: list[tuple[int, int]] = []
+    for ns in namespaces:
+        for pid in _namespace_pids(ns):
+            rank = _k8s_rank(_cmdline(pid))
+            if rank is not None:
+                left.append((rank, pid))
+    for _, pid in sorted(left):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        if _wait_gone([pid], 10.0):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _wait_gone([pid], 5.0)
 
 
 def _save_meta(bed: TestBed) -> None:
@@ -568,6 +764,9 @@ def _destroy_from_meta(meta: dict[str, object]) -> None:
 
 def destroy(bed: TestBed) -> None:
     """Kill every process in the bed's namespaces, delete them, the bridge and the files."""
+    if bed.kubernetes == "real":
+        with contextlib.suppress(OSError):
+            stop_kubernetes(bed, timeout=30.0)
     for host in bed.hosts:
         with contextlib.suppress(ChildProcessError, OSError):
             os.kill(host.pid, signal.SIGTERM)
@@ -599,12 +798,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--count", type=int, default=3)
     up.add_argument("--no-password", action="store_true")
     up.add_argument("--join-delay", type=float, default=0.0)
+    up.add_argument("--kubernetes", choices=("standin", "real"), default="standin")
     down = sub.add_parser("down", help="remove a bed (its directory) or --all")
     down.add_argument("run_dir", nargs="?")
     down.add_argument("--all", action="store_true")
     args = parser.parse_args(argv)
     if args.cmd == "up":
-        bed = create(args.count, password=not args.no_password, join_delay=args.join_delay)
+        bed = create(
+            args.count,
+            password=not args.no_password,
+            join_delay=args.join_delay,
+            kubernetes=args.kubernetes,
+        )
         if bed.password is not None:
             secret = bed.root / "password"
             secret.write_text(bed.password)

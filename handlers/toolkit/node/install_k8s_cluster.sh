@@ -112,6 +112,12 @@ phase() {
     "$@"
 }
 
+# Whether systemd manages services here (sd_booted(3)); a systemctl binary alone
+# is not enough: in a container or a test host it cannot start anything.
+systemd_running() {
+    [ -d /run/systemd/system ] && command -v systemctl >/dev/null
+}
+
 local_addresses() {
     ip -o -4 addr show | awk '{split($4, a, "/"); print a[1]}'
 }
@@ -237,10 +243,7 @@ configure_ha() {
             "    virtual_ipaddress {" "        ${CLUSTER_IP}/24" "    }" \
             "    track_script {" "        chk_haproxy" "    }" "}"
     } | $SUDO tee /etc/keepalived/keepalived.conf >/dev/null
-    # Only where systemd runs the services and both are installed (a package install
-    # on a machine without systemd leaves haproxy's binary but no service manager).
-    if [ -d /run/systemd/system ] && command -v haproxy >/dev/null \
-        && command -v keepalived >/dev/null; then
+    if systemd_running && command -v haproxy >/dev/null && command -v keepalived >/dev/null; then
         $SUDO systemctl enable haproxy keepalived
         $SUDO systemctl restart haproxy keepalived
     else
@@ -313,13 +316,30 @@ ca_cert_hash() {
         openssl dgst -sha256 -hex | sed 's/^.* //'
 }
 
+# Upload the control-plane certificates again; prints their new key. Without a
+# configuration kubeadm takes this node's address from the default route and
+# fails on a host that has none ("cannot use 0.0.0.0 as the bind address for the
+# API Server"); the version keeps it from asking dl.k8s.io for "stable-1".
+upload_certs() {
+    local api config
+    api="$($SUDO kubeadm config print init-defaults 2>/dev/null |
+        awk '$1 == "apiVersion:" && $2 ~ /^kubeadm/ {print $2; exit}')"
+    [ -n "$api" ] || die "kubeadm config print init-defaults printed no kubeadm apiVersion"
+    config="$(mktemp)"
+    printf '%s\n' "apiVersion: ${api}" "kind: InitConfiguration" "localAPIEndpoint:" \
+        "  advertiseAddress: ${MY_IP}" "---" "apiVersion: ${api}" \
+        "kind: ClusterConfiguration" "kubernetesVersion: v${K8S_VERSION}" >"$config"
+    $SUDO kubeadm init phase upload-certs --upload-certs --config "$config" | tail -n 1
+    rm -f "$config"
+}
+
 report() {
     local token server hash key
     token="$($SUDO kubeadm token create)"
     server="$(kubectl cluster-info | sed 's/\x1b\[[0-9;]*m//g' |
         awk '/control plane/ {print $NF; exit}')"
     hash="$(ca_cert_hash)"
-    key="$($SUDO kubeadm init phase upload-certs --upload-certs | tail -n 1)"
+    key="$(upload_certs)"
     if [ -z "$token" ] || [ -z "$server" ] || [ -z "$hash" ] || [ -z "$key" ]; then
         die "could not read the cluster's join data"
     fi

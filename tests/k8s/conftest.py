@@ -1,0 +1,117 @@
+"""Fixtures of the ``k8s`` tier: SSH test hosts running a real Kubernetes 1.20.2 control plane.
+
+The hosts (:mod:`tests.testbed.testhosts`, ``kubernetes="real"``) have the kubeadm,
+kubectl and control-plane binaries built by ``scripts/setup.d/40-k8s.sh``, Debian's
+etcd, and the kubelet stand-in on their PATH. Missing binaries fail the tier: it is
+never skipped (CI builds them with the README's test command).
+
+The session's peak memory (every process in the hosts' namespaces plus pytest
+itself, sampled twice a second) is printed in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.testbed import testhosts
+from tests.testbed.testhosts import TestBed
+
+HOSTS = 3  # the simple flavour: one master, two workers
+
+_peak: dict[str, float] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.k8s)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _peak:
+        return
+    top = sorted(((v, k) for k, v in _peak.items() if k != "total"), reverse=True)[:6]
+    parts = ", ".join(f"{name} {mib:.0f}" for mib, name in top)
+    terminalreporter.write_line(
+        f"k8s tier peak memory: {_peak['total']:.0f} MiB RSS (hosts' processes + pytest); "
+        f"per process MiB: {parts}"
+    )
+
+
+class MemorySampler(threading.Thread):
+    """Sums the RSS of the bed's processes (and ours) twice a second; keeps the peaks."""
+
+    def __init__(self, bed: TestBed) -> None:
+        super().__init__(name="k8s-memory", daemon=True)
+        self.inodes = set()
+        for host in bed.hosts:
+            try:
+                self.inodes.add(os.stat(f"/run/netns/{host.namespace}").st_ino)
+            except OSError:
+                continue
+        self.done = threading.Event()
+
+    def sample(self) -> None:
+        total = 0.0
+        per_name: dict[str, float] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                ours = pid == os.getpid() or os.stat(f"/proc/{pid}/ns/net").st_ino in self.inodes
+                if not ours:
+                    continue
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            rss = fields.get("VmRSS", "0 kB").split()
+            mib = int(rss[0]) / 1024 if rss else 0.0
+            name = "pytest" if pid == os.getpid() else fields.get("Name", "?").strip()
+            total += mib
+            per_name[name] = max(per_name.get(name, 0.0), mib)
+        _peak["total"] = max(_peak.get("total", 0.0), total)
+        for name, mib in per_name.items():
+            _peak[name] = max(_peak.get(name, 0.0), mib)
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            self.sample()
+
+
+@pytest.fixture(scope="session")
+def k8s_hosts() -> Iterator[TestBed]:
+    """The session's hosts with the real tools (``testhosts.TestBed``, real mode)."""
+    problems = []
+    if (why := testhosts.k8s_missing()) is not None:
+        problems.append(why)
+    if not Path(testhosts.SSHD).exists() or shutil.which("unshare") is None:
+        problems.append("sshd or unshare missing: run `bash scripts/setup.d/10-sshd.sh`")
+    if os.geteuid() != 0:
+        problems.append("the k8s tier needs root (network namespaces, mounts)")
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)
+    bed = testhosts.create(HOSTS, password=True, kubernetes="real")
+    sampler = MemorySampler(bed)
+    sampler.start()
+    try:
+        yield bed
+    finally:
+        sampler.done.set()
+        sampler.join()
+        testhosts.destroy(bed)
+
+
+def restore_hostnames(bed: TestBed) -> None:
+    """Give the hosts their own names back (the cluster flows rename them)."""
+    for host in bed.hosts:
+        subprocess.run(["nsenter", "-t", str(host.pid), "-u", "hostname", host.name], check=False)

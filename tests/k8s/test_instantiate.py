@@ -1,0 +1,122 @@
+"""The INSTANTIATE handler through a real Service on a real Kubernetes control plane.
+
+Tacker and OpenStack are the in-memory fakes of ``tests.cluster_fakes`` (their
+VNFC addresses are the test hosts'); SSH, ``install_k8s_cluster.sh``, kubeadm,
+kubectl, etcd and the control plane are real, the kubelet is the stand-in. The
+simple flavour: one master, two workers. What the handler writes back must work
+against the real API server: its CA verifies the server and its bearer token (a
+real service-account token) lists every node, Ready.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from handlers import default_registry
+from subscriber.config import ClusterSettings, Settings, SshSettings
+from subscriber.kernel import Services
+from subscriber.service import Service
+from tests.cluster_fakes import cluster_vnf, k8s_params
+from tests.conftest import callback_url, make_settings, wait_settled
+from tests.factories import op_occ
+from tests.k8s.conftest import restore_hostnames
+from tests.k8s.helpers import SCRIPT_ENV, api_get, nodes_ready
+from tests.testbed import testhosts
+from tests.testbed.testhosts import TestBed
+
+pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
+
+# The real tools' details come through settings, as an operator would give them.
+CLUSTER = ClusterSettings(script_env=SCRIPT_ENV, token_wait_timeout=60.0, install_timeout=300.0)
+
+
+@pytest.fixture
+def hosts(k8s_hosts: TestBed) -> Iterator[TestBed]:
+    testhosts.reset_cluster(k8s_hosts)
+    yield k8s_hosts
+    testhosts.reset_cluster(k8s_hosts)
+    restore_hostnames(k8s_hosts)
+
+
+def ssh_settings(bed: TestBed) -> SshSettings:
+    return SshSettings(
+        known_hosts=bed.known_hosts,
+        client_keys=(bed.client_key,),
+        connect_timeout=5.0,
+        command_timeout=120.0,
+    )
+
+
+def octet(address: str) -> str:
+    return address.rsplit(".", 1)[1]
+
+
+async def test_instantiate_builds_a_real_cluster_and_writes_back_working_access(
+    hosts: TestBed, tmp_path: Path
+) -> None:
+    master, workers = hosts.hosts[0], hosts.hosts[1:3]
+    # Masters as root with a key, workers as a sudo user with a password (Tacker's way).
+    params = k8s_params(
+        master_user="root",
+        worker_user=hosts.user,
+        key=str(hosts.client_key),
+        password=hosts.password,
+    )
+    tacker, openstack, inst, occ = cluster_vnf(
+        [master.address], [w.address for w in workers], params=params
+    )
+    db = tmp_path / "lccn.db"
+    settings: Settings = make_settings(f"sqlite+aiosqlite:///{db}").model_copy(
+        update={"ssh": ssh_settings(hosts), "cluster": CLUSTER}
+    )
+    svc = Service(
+        settings,
+        registry=default_registry(cluster=settings.cluster, cluster_handlers=True),
+        services=Services(tacker=tacker, openstack=openstack),
+    )
+    await svc.start()
+    try:
+        t0 = time.monotonic()
+        body = op_occ(instance=inst, op_occ_id=occ, operation="INSTANTIATE", state="COMPLETED")
+        async with aiohttp.ClientSession() as http, http.post(callback_url(svc), json=body) as r:
+            assert r.status == 204
+        (event,) = await wait_settled(svc, 1, timeout=600)
+        elapsed = time.monotonic() - t0
+        job, steps = await svc.store.jobs.resume_state(event.id)
+        assert event.status == "done", (job, [(s.name, s.status, s.error) for s in steps])
+    finally:
+        await svc.stop()
+
+    ((wb_inst, access, api),) = tacker.write_backs
+    endpoint = f"https://{master.address}:6443"
+    assert (wb_inst, api, access.endpoint) == (inst, "v2", endpoint)
+    ca_file = hosts.private_dir(master, "/etc/kubernetes") / "pki" / "ca.crt"
+    assert access.ssl_ca_cert == ca_file.read_text()
+    token = access.bearer_token.get_secret_value()
+
+    # The token is a real service-account token the API server accepts (RBAC included).
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert claims["sub"] == "system:serviceaccount:default:default"
+    status, nodes = api_get(endpoint, "/api/v1/nodes", ca_pem=access.ssl_ca_cert, token=token)
+    assert status == 200, nodes
+    expected = {f"master{octet(master.address)}", *(f"worker{octet(w.address)}" for w in workers)}
+    assert nodes_ready(nodes) == dict.fromkeys(expected, True)
+    # ... and the server really checks: no token, no nodes.
+    status, _ = api_get(endpoint, "/api/v1/nodes", ca_pem=access.ssl_ca_cert, token=None)
+    assert status in (401, 403)
+    status, _ = api_get(
+        endpoint, "/api/v1/nodes", ca_pem=access.ssl_ca_cert, token=token[:-4] + "AAAA"
+    )
+    assert status == 401
+
+    data = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+    assert token.encode() not in data
+    assert hosts.password is not None and hosts.password.encode() not in data
+    print(f"INSTANTIATE on a real control plane: {elapsed:.1f} s")

@@ -1,0 +1,113 @@
+#!/bin/sh
+# systemctl for the k8s tier's test hosts, which have no systemd (PID 1 is no init).
+#
+# kubeadm drives its kubelet with `systemctl daemon-reload|start|restart|stop|status|
+# is-active|is-enabled kubelet`; here the "kubelet" unit is the kubelet stand-in
+# (`kubelet` on PATH: tests/testbed/kubelet_standin.py), started in a session of
+# its own with its output in /tmp/kubelet-standin/kubelet.log; its pid is in
+# /var/lib/kubelet/standin.pid (both private to the host). `stop` also stops the
+# static-pod processes it runs (kubeadm reset would remove their containers);
+# `restart` leaves them to the new instance. Every other unit is unknown (exit 5),
+# as on a host without it; enable/disable/daemon-reload succeed and do nothing.
+set -u
+
+PIDFILE=/var/lib/kubelet/standin.pid
+LOG_DIR=/tmp/kubelet-standin
+
+pid=""
+alive() {
+    # A zombie (exited, not yet reaped) is not running.
+    [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* (.*) Z ' "/proc/$1/stat" 2>/dev/null
+}
+running() {
+    pid=""
+    [ -s "$PIDFILE" ] || return 1
+    pid="$(cat "$PIDFILE" 2>/dev/null)"
+    [ -n "$pid" ] && alive "$pid" && grep -q kubelet "/proc/$pid/cmdline" 2>/dev/null
+}
+
+start() {
+    running && return 0
+    mkdir -p "$LOG_DIR" /var/lib/kubelet
+    rm -f "$PIDFILE"
+    setsid kubelet </dev/null >>"$LOG_DIR/kubelet.log" 2>&1 &
+    i=0
+    while [ ! -s "$PIDFILE" ]; do # the stand-in writes it once it runs
+        i=$((i + 1))
+        if [ "$i" -gt 100 ]; then
+            echo "kubelet did not start: see $LOG_DIR/kubelet.log" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# stop [SIGNAL]: TERM stops the stand-in and its static pods; HUP (restart) leaves
+# the static pods running for the next stand-in to adopt.
+stop() {
+    if ! running; then
+        rm -f "$PIDFILE"
+        return 0
+    fi
+    kill "-${1:-TERM}" "$pid" 2>/dev/null
+    i=0
+    while alive "$pid"; do
+        i=$((i + 1))
+        if [ "$i" -gt 600 ]; then # 60 s: the static pods had 20 s each to stop
+            kill -KILL "-$pid" "$pid" 2>/dev/null
+            break
+        fi
+        sleep 0.1
+    done
+    rm -f "$PIDFILE"
+}
+
+verb=""
+units=""
+for arg in "$@"; do
+    case "$arg" in
+    -*) ;; # --now, --quiet, --no-pager ...
+    *) if [ -z "$verb" ]; then verb="$arg"; else units="$units ${arg%.service}"; fi ;;
+    esac
+done
+
+case "$verb" in
+daemon-reload | reset-failed) exit 0 ;;
+esac
+
+rc=0
+for unit in $units; do
+    if [ "$unit" != kubelet ]; then
+        case "$verb" in
+        enable | disable) ;;
+        status) printf '%s\n' "Unit $unit.service could not be found." "   Loaded: not-found" ;;
+        is-active) echo inactive ;;
+        is-enabled) echo not-found ;;
+        *) echo "Failed to $verb $unit.service: Unit $unit.service not found." >&2 ;;
+        esac
+        case "$verb" in enable | disable) ;; status) rc=4 ;; *) rc=5 ;; esac
+        continue
+    fi
+    case "$verb" in
+    start) start || rc=1 ;;
+    restart) { stop HUP && start; } || rc=1 ;;
+    stop) stop || rc=1 ;;
+    enable | disable) ;;
+    is-enabled) echo enabled ;;
+    is-active)
+        if running; then echo active; else echo inactive; rc=3; fi
+        ;;
+    status)
+        if running; then state="active (running)"; else state="inactive (dead)"; fi
+        printf '%s\n' "* kubelet.service - kubelet stand-in (lccn test host)" \
+            "   Loaded: loaded (standin; enabled)" "   Active: $state"
+        [ -n "$pid" ] && echo " Main PID: $pid (kubelet)"
+        running || rc=3
+        ;;
+    *)
+        echo "systemctl (lccn test host): unsupported verb '$verb'" >&2
+        rc=1
+        ;;
+    esac
+done
+exit "$rc"
