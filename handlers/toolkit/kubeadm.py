@@ -1,10 +1,13 @@
 """kubeadm on the nodes: init, control-plane and worker joins, and the data a join needs.
 
 Installs and joins go through ``install_k8s_cluster.sh`` (TACKER.md §1.5: ``-m``
-masters, ``-w`` worker, ``-i`` cluster IP, ``-p``/``-a`` CIDRs, ``-t`` token,
-``-s`` CA hash, ``-k`` certificate key), as Tacker's driver runs it. Join
-tokens and certificate keys are secrets: they are passed to ``secrets=`` so
-every message masks them, and returned to the caller in memory only.
+masters, ``-w`` worker, ``-i`` cluster IP, ``-p``/``-a`` CIDRs, ``-s`` CA hash),
+as Tacker's driver runs it. Join tokens and certificate keys are secrets: they
+never go on a command line (any user of a node sees those in ``ps``) but in the
+script's environment, which the SSH executor sends on stdin
+(``LCCN_JOIN_TOKEN``, ``LCCN_CERTIFICATE_KEY``; the script hands them to
+kubeadm in a private JoinConfiguration file); they are also passed to
+``secrets=`` so every message masks them, and kept in memory only.
 """
 
 from __future__ import annotations
@@ -218,12 +221,15 @@ async def join_control_plane(
     data = await join_data(shell, via, step=step)
     token = data.token.get_secret_value()
     key = (await certificate_key(shell, via, secrets=(token,), step=step)).get_secret_value()
-    args = [*_cluster_args(shell, topo, via), "-t", token, "-s", data.ca_hash, "-k", key]
     result = await shell.run(
         node,
-        install_command(*args),
+        install_command(*_cluster_args(shell, topo, via), "-s", data.ca_hash),
         timeout=shell.settings.install_timeout,
-        env=script_env(shell, topo, node),
+        env={
+            **script_env(shell, topo, node),
+            "LCCN_JOIN_TOKEN": token,
+            "LCCN_CERTIFICATE_KEY": key,
+        },
         secrets=[token, key],
     )
     result.check(step=step)
@@ -253,9 +259,9 @@ async def join_worker(
     token = data.token.get_secret_value()
     result = await shell.run(
         node,
-        install_command("-w", node.nic_ip, "-i", join_ip, "-t", token, "-s", data.ca_hash),
+        install_command("-w", node.nic_ip, "-i", join_ip, "-s", data.ca_hash),
         timeout=shell.settings.install_timeout,
-        env=script_env(shell, topo, node),
+        env={**script_env(shell, topo, node), "LCCN_JOIN_TOKEN": token},
         secrets=[token],
     )
     if not result.ok and await is_member(shell, via, node.name):

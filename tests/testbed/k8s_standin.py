@@ -73,17 +73,24 @@ def locked_state(write: bool = True):  # type: ignore[no-untyped-def]
             os.replace(tmp, path)
 
 
+# ``kubeadm join --config F``: the flags the file stands for, recorded as the call's
+# argv (with "config": F), so a test sees the same join either way.
+EFFECTIVE: list[list[str]] = []
+
+
 def record(tool: str, argv: list[str], code: int) -> None:
-    line = json.dumps(
-        {
-            "t": time.time(),
-            "host": socket.gethostname(),
-            "uid": os.getuid(),
-            "tool": tool,
-            "argv": argv,
-            "rc": code,
-        }
-    )
+    entry: dict[str, Any] = {
+        "t": time.time(),
+        "host": socket.gethostname(),
+        "uid": os.getuid(),
+        "tool": tool,
+        "argv": argv,
+        "rc": code,
+    }
+    if EFFECTIVE:
+        entry["config"] = opt(argv, "--config")
+        entry["argv"] = [argv[0], *EFFECTIVE[-1]]
+    line = json.dumps(entry)
     with open(os.path.join(STATE_DIR, "calls.jsonl"), "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.write(line + "\n")
@@ -316,6 +323,8 @@ def kubeadm(args: list[str]) -> str:
         return f'kubeadm version: &version.Info{{GitVersion:"{VERSION}"}}\n'
     if args[:3] == ["config", "print", "init-defaults"]:
         return INIT_DEFAULTS
+    if args[:3] == ["config", "print", "join-defaults"]:
+        return JOIN_DEFAULTS
     if cmd == "init" and len(args) > 2 and args[1] == "phase" and args[2] == "upload-certs":
         return kubeadm_upload_certs(args[3:])
     if cmd == "init":
@@ -478,8 +487,54 @@ def join_delay() -> float:
         return 0.0
 
 
+JOIN_DEFAULTS = """apiVersion: kubeadm.k8s.io/v1beta2
+kind: JoinConfiguration
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: kube-apiserver:6443
+    token: abcdef.0123456789abcdef
+nodeRegistration:
+  name: node
+"""
+
+# The flags real kubeadm accepts beside --config (the rest must be in the file).
+_MIXABLE = {"--config", "--ignore-preflight-errors", "--skip-phases", "--v", "-v"}
+
+
+def join_args_from_config(args: list[str]) -> list[str]:
+    """A JoinConfiguration file read into the flags the rest of the stand-in takes."""
+    path = opt(args, "--config")
+    assert path is not None
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if name.startswith("-") and name not in _MIXABLE:
+            raise Fail(f"can not mix '--config' with arguments [{name.lstrip('-')}]")
+    with open(path) as fh:
+        text = fh.read()
+    if "kind: JoinConfiguration" not in text:
+        raise Fail(f"unable to read config from {path!r}: no JoinConfiguration")
+
+    def field(name: str) -> str | None:
+        found = re.search(rf"^\s*{name}:\s*\"?([^\"\n]+)\"?\s*$", text, re.M)
+        return found.group(1).strip() if found else None
+
+    out = [field("apiServerEndpoint") or "", "--token", field("token") or ""]
+    digest = re.search(r"sha256:[0-9a-f]{64}", text)
+    out += ["--discovery-token-ca-cert-hash", digest.group(0) if digest else ""]
+    if field("name"):
+        out += ["--node-name", field("name") or ""]
+    if re.search(r"^controlPlane:", text, re.M):
+        out += ["--control-plane", "--certificate-key", field("certificateKey") or ""]
+        if field("advertiseAddress"):
+            out += ["--apiserver-advertise-address", field("advertiseAddress") or ""]
+    return out
+
+
 def kubeadm_join(args: list[str]) -> str:
     need_root()
+    if opt(args, "--config") is not None:
+        args = join_args_from_config(args)
+        EFFECTIVE.append(args)
     valued = {
         "--token",
         "--discovery-token-ca-cert-hash",

@@ -9,9 +9,9 @@
 #   -i ip           cluster IP (single: the master's NIC IP; HA: the VIP)
 #   -a cidr         service CIDR (default 10.96.0.0/12)
 #   -p cidr         pod CIDR (default 192.168.0.0/16)
-#   -t token        bootstrap token          (joins)
+#   -t token        bootstrap token          (joins; or LCCN_JOIN_TOKEN, kept off argv)
 #   -s hash         CA public-key sha256 hex (joins)
-#   -k key          certificate key          (control-plane joins)
+#   -k key          certificate key          (control-plane joins; or LCCN_CERTIFICATE_KEY)
 #
 # Environment:
 #   ha_flag            True/False: whether workers join the HA endpoint (VIP:16443)
@@ -81,6 +81,12 @@ while getopts "m:w:i:a:p:t:s:k:h" opt; do
     *) usage ;;
     esac
 done
+
+# The secrets may come in the environment (lccn-subscriber sends them so: any user
+# of the node sees command lines in ps); -t and -k still work, as in Tacker's script.
+TOKEN="${TOKEN:-${LCCN_JOIN_TOKEN:-}}"
+CERT_KEY="${CERT_KEY:-${LCCN_CERTIFICATE_KEY:-}}"
+unset LCCN_JOIN_TOKEN LCCN_CERTIFICATE_KEY
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -255,6 +261,29 @@ already_joined() {
     $SUDO test -e /etc/kubernetes/kubelet.conf
 }
 
+# A JoinConfiguration in a private file: kubeadm gets the token and the certificate
+# key from it, never on its command line. Prints the file's path; the caller removes it.
+join_config() {
+    local api dir
+    api="$($SUDO kubeadm config print join-defaults 2>/dev/null |
+        awk '$1 == "apiVersion:" && $2 ~ /^kubeadm/ {print $2; exit}')"
+    [ -n "$api" ] || die "kubeadm config print join-defaults printed no kubeadm apiVersion"
+    dir="$(mktemp -d)"
+    chmod 700 "$dir"
+    {
+        printf 'apiVersion: %s\nkind: JoinConfiguration\n' "$api"
+        printf 'discovery:\n  bootstrapToken:\n    apiServerEndpoint: "%s"\n' "$ENDPOINT"
+        printf '    token: "%s"\n    caCertHashes:\n    - "sha256:%s"\n' "$TOKEN" "$CA_HASH"
+        printf 'nodeRegistration:\n  name: "%s"\n' "$NODE_NAME"
+        if [ "$ROLE" = master ]; then
+            printf 'controlPlane:\n  localAPIEndpoint:\n    advertiseAddress: "%s"\n' "$MY_IP"
+            printf '  certificateKey: "%s"\n' "$CERT_KEY"
+        fi
+    } >"$dir/join.yaml"
+    chmod 600 "$dir/join.yaml"
+    echo "$dir/join.yaml"
+}
+
 kubeadm_init_or_join() {
     local extra=()
     # shellcheck disable=SC2206 # word splitting of the extra arguments is intended
@@ -270,16 +299,13 @@ kubeadm_init_or_join() {
             --control-plane-endpoint "$ENDPOINT" --apiserver-advertise-address "$MY_IP" \
             --node-name "$NODE_NAME" --upload-certs "${extra[@]}" >&2
         ;;
-    master)
-        $SUDO kubeadm join "$ENDPOINT" --token "$TOKEN" \
-            --discovery-token-ca-cert-hash "sha256:${CA_HASH}" \
-            --control-plane --certificate-key "$CERT_KEY" \
-            --apiserver-advertise-address "$MY_IP" --node-name "$NODE_NAME" "${extra[@]}" >&2
-        ;;
-    worker)
-        $SUDO kubeadm join "$ENDPOINT" --token "$TOKEN" \
-            --discovery-token-ca-cert-hash "sha256:${CA_HASH}" \
-            --node-name "$NODE_NAME" "${extra[@]}" >&2
+    master | worker)
+        local config
+        config="$(join_config)"
+        # shellcheck disable=SC2064 # the path is fixed now
+        trap "rm -rf '$(dirname "$config")'" EXIT
+        $SUDO kubeadm join --config "$config" "${extra[@]}" >&2
+        rm -rf "$(dirname "$config")"
         ;;
     esac
 }
