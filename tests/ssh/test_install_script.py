@@ -299,3 +299,64 @@ async def test_script_refuses_bad_invocations(bed: Any, pool: SshPool) -> None:
         env=ENV,
     )
     assert result.exit_status == 255 and "connection refused" in result.stderr
+
+
+async def test_cilium_cli_is_pinned_and_checked_before_it_is_unpacked(
+    bed: Any, pool: SshPool, tmp_path: Path
+) -> None:
+    """The CNI phase fetches a pinned cilium CLI and verifies its sha256 first.
+
+    A release is served from the test process on the bridge's address (what the
+    hosts can reach), with the checksum file cilium-cli publishes beside it.
+    """
+    import hashlib
+    import io
+    import tarfile
+
+    from aiohttp import web
+
+    testhosts.reset_cluster(bed)
+    host = bed.hosts[0]
+    fake = b'#!/bin/sh\necho "$@" >> /tmp/cilium.calls\n'
+    blob = io.BytesIO()
+    with tarfile.open(fileobj=blob, mode="w:gz") as tar:
+        info = tarfile.TarInfo("cilium")
+        info.size, info.mode = len(fake), 0o755
+        tar.addfile(info, io.BytesIO(fake))
+    tgz = blob.getvalue()
+    digest = hashlib.sha256(tgz).hexdigest()
+    asked: list[str] = []
+
+    async def release(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        if request.path.endswith(".sha256sum"):
+            return web.Response(text=f"{digest}  cilium-linux-amd64.tar.gz\n")
+        return web.Response(body=tgz)
+
+    app = web.Application()
+    app.router.add_get("/{version}/{name}", release)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, bed.bridge_address, 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    await pool.upload(root(host), SCRIPTS / "install_k8s_cluster.sh", SCRIPT, mode=0o755)
+    only_cni = {
+        "K8S_SKIP_PHASES": "packages,ha,kubeadm,kubeconfig,report,done",
+        "K8S_CNI": "cilium",
+        "CILIUM_CLI_URL": f"http://{bed.bridge_address}:{port}",
+    }
+    command = f"bash {SCRIPT} -m {host.address} -i {host.address}"
+    try:
+        wrong = await pool.run(root(host), command, env={**only_cni, "CILIUM_CLI_SHA256": "0" * 64})
+        assert wrong.exit_status == 255 and "is not the expected" in wrong.stderr
+        assert not (await pool.run(root(host), "test -e /usr/local/bin/cilium")).ok
+        good = await pool.run(root(host), command, env=only_cni)
+        assert good.ok, good.stderr
+        assert f"cilium CLI v0.15.19 installed (sha256 {digest})" in good.stderr
+        calls = (await pool.run(root(host), "cat /tmp/cilium.calls")).stdout.splitlines()
+        assert calls == ["install --version 1.14.5", "status --wait"]
+        assert "/v0.15.19/cilium-linux-amd64.tar.gz.sha256sum" in asked  # pinned, not latest
+    finally:
+        await pool.run(root(host), "rm -f /usr/local/bin/cilium /tmp/cilium.calls")
+        await runner.cleanup()

@@ -18,6 +18,10 @@
 #   http_proxy, https_proxy, no_proxy   passed to apt and containerd
 #   K8S_VERSION        kubeadm/kubelet/kubectl version (default 1.26.8)
 #   K8S_CNI            cilium (default) | calico | none
+#   CILIUM_CLI_VERSION the cilium CLI release installed (pinned; default v0.15.19)
+#   CILIUM_CLI_SHA256  its tarball's sha256; default: the release's own .sha256sum
+#                      file (either way a mismatch fails before anything is unpacked)
+#   CILIUM_CLI_URL     where releases are (default the cilium-cli GitHub releases)
 #   K8S_SKIP_PHASES    comma list of phases to skip, e.g. "packages,cni" where
 #                      the tools are already there (lccn's test hosts)
 #   K8S_KUBEADM_EXTRA  extra arguments for kubeadm init/join
@@ -53,6 +57,9 @@ K8S_CNI="${K8S_CNI:-cilium}"
 K8S_SKIP_PHASES="${K8S_SKIP_PHASES:-}"
 K8S_KUBEADM_EXTRA="${K8S_KUBEADM_EXTRA:-}"
 CILIUM_VERSION="${CILIUM_VERSION:-1.14.5}"
+CILIUM_CLI_VERSION="${CILIUM_CLI_VERSION:-v0.15.19}"
+CILIUM_CLI_SHA256="${CILIUM_CLI_SHA256:-}"
+CILIUM_CLI_URL="${CILIUM_CLI_URL:-https://github.com/cilium/cilium-cli/releases/download}"
 CALICO_MANIFEST="${CALICO_MANIFEST:-https://raw.githubusercontent.com/projectcalico/calico/v3.26.1/manifests/calico.yaml}"
 ha_flag="${ha_flag:-False}"
 
@@ -316,18 +323,35 @@ install_kubeconfig() {
     $SUDO chown "$(id -u):$(id -g)" "$HOME/.kube/config"
 }
 
+# The cilium CLI of a pinned release, checked against a sha256 before it is
+# unpacked (as root, into /usr/local/bin): CILIUM_CLI_SHA256 when given, else
+# the checksum file the release publishes beside the tarball.
+install_cilium_cli() {
+    local tmp url want got
+    tmp="$(mktemp -d)"
+    url="${CILIUM_CLI_URL}/${CILIUM_CLI_VERSION}/cilium-linux-amd64.tar.gz"
+    curl -fsSL -o "$tmp/cilium.tgz" "$url"
+    want="$CILIUM_CLI_SHA256"
+    if [ -z "$want" ]; then
+        want="$(curl -fsSL "${url}.sha256sum" | awk '{print $1; exit}')"
+    fi
+    got="$(sha256sum "$tmp/cilium.tgz" | awk '{print $1}')"
+    if [ -z "$want" ] || [ "$got" != "$want" ]; then
+        rm -rf "$tmp"
+        die "cilium CLI ${CILIUM_CLI_VERSION}: sha256 ${got} is not the expected ${want:-(none)}"
+    fi
+    $SUDO tar -xzf "$tmp/cilium.tgz" -C /usr/local/bin cilium
+    rm -rf "$tmp"
+    log "cilium CLI ${CILIUM_CLI_VERSION} installed (sha256 ${got})"
+}
+
 install_cni() {
     case "$K8S_CNI" in
     none) log "no CNI requested" ;;
     calico) kubectl apply -f "$CALICO_MANIFEST" >&2 ;;
     cilium)
         if ! command -v cilium >/dev/null; then
-            local tmp
-            tmp="$(mktemp -d)"
-            curl -fsSL -o "$tmp/cilium.tgz" \
-                "https://github.com/cilium/cilium-cli/releases/latest/download/cilium-linux-amd64.tar.gz"
-            $SUDO tar -xzf "$tmp/cilium.tgz" -C /usr/local/bin cilium
-            rm -rf "$tmp"
+            install_cilium_cli
         fi
         cilium install --version "$CILIUM_VERSION" >&2
         cilium status --wait >&2
