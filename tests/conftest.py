@@ -18,6 +18,14 @@ from subscriber.config import (
 )
 from subscriber.kernel import HandlerRegistry, Services
 from subscriber.service import Service
+from tests.testbed.tacker_fixtures import (  # one Tacker bed per run, for every tier
+    bed,
+    pytest_terminal_summary,
+    recorder,
+    tacker,
+)
+
+__all__ = ["bed", "pytest_terminal_summary", "recorder", "tacker"]
 
 
 def free_port() -> int:

@@ -1,10 +1,10 @@
 """Fixtures of the ``e2e`` tier: the real Tacker, the real sshd test hosts, and the simulated
 OpenStack between them, whose servers get the test hosts' addresses.
 
-The Tacker bed and the test hosts are the other tiers' own session fixtures, imported
-rather than copied. Both tiers call theirs ``bed``: here the Tacker bed keeps that name
-(``tacker`` and friends ask for it) and the test hosts are ``hosts``. Only the simulator is
-ours, because its server pool must be the hosts' addresses (masters first, in order).
+The Tacker bed (``bed``) is the run's one bed, from the root conftest; the test hosts are
+the ssh tier's session fixture, imported as ``hosts`` (that tier calls it ``bed``). Only
+the simulator is ours, because its server pool must be the hosts' addresses (masters
+first, in order).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import pytest
 
 from tests.openstack_sim.process import SimProcess
 from tests.ssh.conftest import bed as hosts
-from tests.tacker.conftest import bed, recorder, tacker
 from tests.testbed import testhosts
 
-__all__ = ["bed", "hosts", "recorder", "tacker", "testhosts"]
+__all__ = ["hosts", "testhosts"]
 
 HERE = Path(__file__).parent
 
