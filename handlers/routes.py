@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from handlers.drain import DrainLeaving
 from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.log import LogHandler
@@ -25,12 +26,15 @@ __all__ = ["cluster_routes", "default_registry", "registry_for", "services_confi
 def cluster_routes(settings: ClusterSettings | None = None) -> tuple[Route, ...]:
     """The cluster operations' routes."""
     settings = settings or ClusterSettings()
+    drain = DrainLeaving(settings)  # the drain hook's work: see subscriber/ingest/hooks.py
     return (
         Route("INSTANTIATE", "STARTING", ValidateInstantiate(settings)),
         Route("INSTANTIATE", "COMPLETED", InstantiateCluster(settings)),
         Route("SCALE", "STARTING", ValidateParams("cluster-scale-validate", settings)),
+        Route("SCALE", "PROCESSING", drain),
         Route("SCALE", "COMPLETED", ScaleCluster(settings)),
         Route("HEAL", "STARTING", ValidateParams("cluster-heal-validate", settings)),
+        Route("HEAL", "PROCESSING", drain),
         Route("HEAL", "COMPLETED", HealCluster(settings)),
         Route("TERMINATE", "COMPLETED", TerminateCluster(settings)),
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from schemas.hooks import DrainRequest
 from schemas.notifications import Notification
 from schemas.problem import PROBLEM_CONTENT_TYPE, ProblemDetails
 
@@ -33,8 +34,70 @@ def _problem(description: str) -> dict[str, Any]:
     }
 
 
-def openapi_document(callback_path: str = "/lccn/notifications") -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the callback listener at ``callback_path``."""
+def _hook_paths(path: str, schemas: dict[str, Any]) -> dict[str, Any]:
+    """The drain hook's two routes (see ``subscriber/ingest/hooks.py``)."""
+    schemas["DrainRequest"] = DrainRequest.model_json_schema(ref_template=_REF)
+    schemas["DrainAnswer"] = {
+        "type": "object",
+        "required": ["vnfLcmOpOccId", "status", "nodes"],
+        "properties": {
+            "vnfLcmOpOccId": {"type": "string"},
+            "status": {"enum": ["pending", "running", "done", "failed"]},
+            "eventId": {"type": ["integer", "null"]},
+            "nodes": {"type": "array", "items": {"type": "string"}},
+            "detail": {"type": "string"},
+        },
+    }
+    answer = {"application/json": {"schema": {"$ref": _REF.format(model="DrainAnswer")}}}
+    refused = _problem("no or a wrong ``Authorization: Bearer <hooks.token>``")
+    security: list[dict[str, list[str]]] = [{"hookToken": []}]
+    return {
+        path: {
+            "post": {
+                "summary": "Drain the nodes on these servers before Tacker deletes them",
+                "security": security,
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": _REF.format(model="DrainRequest")}}
+                    },
+                },
+                "responses": {
+                    "202": {"description": "kept; where the drain stands", "content": answer},
+                    "400": _problem("not a valid request; ``field`` names the first bad one"),
+                    "401": refused,
+                    "415": _problem("not ``application/json``"),
+                    "503": _problem("the store cannot be written: nothing was kept, send again"),
+                },
+            }
+        },
+        path + "/{vnfLcmOpOccId}": {
+            "get": {
+                "summary": "Where the op-occ's drain stands (poll until done or failed)",
+                "security": security,
+                "parameters": [
+                    {
+                        "name": "vnfLcmOpOccId",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {
+                    "200": {"description": "the answer", "content": answer},
+                    "401": refused,
+                    "404": _problem("no drain request for this op-occ"),
+                },
+            }
+        },
+    }
+
+
+def openapi_document(
+    callback_path: str = "/lccn/notifications", hook_path: str | None = None
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the callback listener at ``callback_path`` (and of the
+    drain hook at ``hook_path`` when it is on)."""
     notification = TypeAdapter(Notification).json_schema(ref_template=_REF, by_alias=True)
     schemas: dict[str, Any] = notification.pop("$defs", {})
     schemas.setdefault(
@@ -44,7 +107,7 @@ def openapi_document(callback_path: str = "/lccn/notifications") -> dict[str, An
         schemas[name].update(_LINKS_RULE)
     schemas["Notification"] = notification
     auth_refused = _problem("callback authentication refused (``WWW-Authenticate`` says how)")
-    return {
+    document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "lccn-subscriber callback API",
@@ -111,3 +174,9 @@ def openapi_document(callback_path: str = "/lccn/notifications") -> dict[str, An
         },
         "components": {"schemas": schemas},
     }
+    if hook_path is not None:
+        document["paths"].update(_hook_paths(hook_path, schemas))
+        document["components"]["securitySchemes"] = {
+            "hookToken": {"type": "http", "scheme": "bearer"}
+        }
+    return document

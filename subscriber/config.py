@@ -200,6 +200,8 @@ class ClusterSettings(_Section):
     haproxy_reload: str = "systemctl reload haproxy"
     install_timeout: float = Field(default=2700.0, gt=0)  # Tacker's K8S_INSTALL_TIMEOUT
     kubectl_timeout: float = Field(default=60.0, gt=0)
+    # kubectl drain's own --timeout for one leaving node (the drain hook's job).
+    drain_timeout: float = Field(default=300.0, gt=0)
     # Seconds to wait for the service-account token controller to fill the Secret.
     token_wait_timeout: float = Field(default=60.0, gt=0)
 
@@ -309,6 +311,40 @@ class MtlsSettings(_Section):
                 if not Path(path).is_file():
                     raise ValueError(f"auth.mtls: {name} {path} is not a file")
         return self
+
+
+class HookSettings(_Section):
+    """The drain hook (``POST {path}``) a VNF package's ``scale_start``/``heal_start``
+    script calls so that nodes are drained before Tacker deletes their VMs.
+
+    Off until a bearer token is set (``token``, or ``token_file`` read at start-up);
+    the script presents the same token.
+    """
+
+    path: str = "/lccn/hooks/drain"
+    token: SecretStr = SecretStr("")
+    token_file: Path | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _path_absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value.rstrip("/") or "/"
+
+    @model_validator(mode="after")
+    def _token_file_readable(self) -> HookSettings:
+        if self.token_file is not None and not self.token_file.is_file():
+            raise ValueError(f"token_file {self.token_file} is not a readable file")
+        return self
+
+    def bearer(self) -> str:
+        """The token the hook must present; empty when the hook is off."""
+        if self.token.get_secret_value():
+            return self.token.get_secret_value()
+        if self.token_file is not None:
+            return self.token_file.read_text(encoding="utf-8").strip()
+        return ""
 
 
 class AuthSettings(_Section):
@@ -555,6 +591,7 @@ class Settings(BaseSettings):
     cluster: ClusterSettings = ClusterSettings()
     openstack: OpenStackSettings = OpenStackSettings()
     auth: AuthSettings = AuthSettings()
+    hooks: HookSettings = HookSettings()
     kafka: KafkaSettings = KafkaSettings()
     tacker: TackerSettings = TackerSettings()
     log: LogSettings = LogSettings()

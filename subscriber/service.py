@@ -13,6 +13,7 @@ from subscriber.errors import ConfigError
 from subscriber.health import CheckResult, Health
 from subscriber.heap import freeze_long_lived
 from subscriber.ingest.auth import CallbackAuth, build_ssl_context
+from subscriber.ingest.hooks import DrainHook
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.kafka import KafkaSource, build_kafka_source
 from subscriber.kernel import HandlerRegistry, Services
@@ -86,6 +87,7 @@ class Service(Component):
             tacker=self.tacker,
             openstack=self.openstack,
             inventory=self.store.inventory,
+            values=self.store.tacker,
         )
         self.services = own.merged(given)
         self._owned: list[Any] = [c for c in (self.ssh, self.openstack, self.tacker) if c]
@@ -109,13 +111,16 @@ class Service(Component):
             echo=self.echo,
         )
         self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch, self.metrics)
-        self.app = make_app(settings.http, self.store.events)
+        hook_path = settings.hooks.path if settings.hooks.bearer() else None
+        self.app = make_app(settings.http, self.store.events, hook_path=hook_path)
         # Components add readiness checks here (Kafka assigned, subscription present ...).
         self.health = Health(self.store)
         self.health.install(self.app)
         install_metrics_route(self.app, self.metrics, self.store)
         self.auth = CallbackAuth(settings.auth, settings.http.path, self.metrics)
         self.auth.install(self.app)
+        self.hooks = DrainHook(settings.hooks, self.store, wake=self.dispatcher.poke)
+        self.hooks.install(self.app)
         self.ingress = CallbackIngress(
             settings.http, self.app, ssl_context=build_ssl_context(settings.auth)
         )

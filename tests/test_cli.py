@@ -204,7 +204,7 @@ def test_routing_line_names_every_handled_operation() -> None:
 
     line = _routing_summary(default_registry(cluster_handlers=True), Settings(), [])
     assert line == (
-        "handling HEAL (COMPLETED, STARTING); INSTANTIATE (COMPLETED, STARTING); "
-        "SCALE (COMPLETED, STARTING); TERMINATE (COMPLETED); "
+        "handling HEAL (COMPLETED, PROCESSING, STARTING); INSTANTIATE (COMPLETED, STARTING); "
+        "SCALE (COMPLETED, PROCESSING, STARTING); TERMINATE (COMPLETED); "
         "every other transition is only recorded (log handler)"
     )

@@ -91,8 +91,11 @@ async def _notification(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def make_app(settings: HttpSettings, store: EventStore) -> web.Application:
-    """The aiohttp application with the callback route (other routes may be added)."""
+def make_app(
+    settings: HttpSettings, store: EventStore, *, hook_path: str | None = None
+) -> web.Application:
+    """The aiohttp application with the callback route (other routes may be added);
+    ``hook_path``: the drain hook's, when it is on (for the OpenAPI document)."""
     # The body cap is enforced by _read_capped; aiohttp's own cap must not cut in first.
     app = web.Application(
         middlewares=[problem_middleware], client_max_size=settings.max_body_bytes + 1
@@ -101,7 +104,7 @@ def make_app(settings: HttpSettings, store: EventStore) -> web.Application:
     app[SETTINGS_KEY] = settings
     app.router.add_route("GET", settings.path, _test_notification)
     app.router.add_route("POST", settings.path, _notification)
-    document = json.dumps(openapi_document(settings.path)).encode()
+    document = json.dumps(openapi_document(settings.path, hook_path)).encode()
 
     async def openapi(request: web.Request) -> web.Response:
         return web.Response(body=document, content_type="application/json")

@@ -8,7 +8,13 @@ from typing import Any
 
 from schemas import Notification
 from subscriber.errors import ServiceMissing
-from subscriber.kernel.ports import ClusterInventory, OpenStackLookups, SshExecutor, TackerApi
+from subscriber.kernel.ports import (
+    ClusterInventory,
+    KeyValues,
+    OpenStackLookups,
+    SshExecutor,
+    TackerApi,
+)
 
 __all__ = ["JobContext", "Services"]
 
@@ -28,6 +34,7 @@ class Services:
     tacker: TackerApi | None = None
     openstack: OpenStackLookups | None = None
     inventory: ClusterInventory | None = None
+    values: KeyValues | None = None
 
     def merged(self, overrides: Services | None) -> Services:
         """These services with every service ``overrides`` sets taking precedence."""
@@ -67,6 +74,10 @@ class Services:
     def need_inventory(self) -> ClusterInventory:
         inventory: ClusterInventory = self._need("inventory", self.inventory)
         return inventory
+
+    def need_values(self) -> KeyValues:
+        values: KeyValues = self._need("values", self.values)
+        return values
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ __all__ = [
     "ClusterInventory",
     "ClusterNode",
     "CommandResult",
+    "KeyValues",
     "KubernetesAccess",
     "OpenStackLookups",
     "PortAddresses",
@@ -295,4 +296,15 @@ class ClusterInventory(Protocol):
 
     async def forget(self, vnf_instance_id: str) -> int:
         """Delete the instance's inventory; the number of nodes removed."""
+        ...
+
+
+# ------------------------------------------------------------------- the store's small values
+
+
+class KeyValues(Protocol):
+    """Small named values kept in the store (``store.tacker``): the drain hook's requests."""
+
+    async def get_value(self, key: str) -> str | None:
+        """The value under ``key``, or ``None``."""
         ...

@@ -505,6 +505,16 @@ class EventStore(Component):
         rows = await self._db.read(lambda conn: conn.execute(q).mappings().all())
         return [EventRow.from_mapping(r) for r in rows]
 
+    async def of_op_occ(self, op_occ_id: str, state: str) -> builtins.list[EventRow]:
+        """The op-occ's events in ``state``, newest first."""
+        q = (
+            sa.select(events)
+            .where(events.c.vnf_lcm_op_occ_id == op_occ_id, events.c.operation_state == state)
+            .order_by(events.c.id.desc())
+        )
+        rows = await self._db.read(lambda conn: conn.execute(q).mappings().all())
+        return [EventRow.from_mapping(r) for r in rows]
+
     async def list(
         self,
         *,

@@ -15,7 +15,7 @@ from subscriber.redact import may_hold_secret, redact
 
 __all__ = ["APPEND_COLUMNS", "AppendResult", "EventRow", "NewEvent", "dedup_key_of", "op_occ_key"]
 
-SOURCES = ("http", "kafka", "reconcile", "replay")
+SOURCES = ("http", "kafka", "reconcile", "replay", "hook")
 
 
 def dedup_key_of(notification: Notification, attempt: int = 0) -> str:
@@ -47,7 +47,8 @@ class NewEvent:
     """One received transition, ready to append.
 
     Arguments:
-        source: ``http``, ``kafka``, ``reconcile`` or ``replay``.
+        source: ``http``, ``kafka``, ``reconcile``, ``replay`` or ``hook`` (the drain
+            hook's stand-in for a PROCESSING notification not yet received).
         notification: the validated notification.
         body: the decoded JSON body as received, or ``None`` when ``raw`` is given.
         raw: the body's bytes as received. The store keeps them verbatim when

@@ -100,6 +100,12 @@ class BedState:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def hook_config(self) -> Path:
+        """The drain hook's configuration file the conductor's scripts read (absent: the
+        hook does nothing); a test writes it to point the hook at its ``serve``."""
+        return Path(self.workdir) / "lccn_hook.json"
+
 
 def request(
     method: str,
@@ -336,10 +342,13 @@ def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> Be
             if name == "tacker-conductor":
                 cmd += ["--config-file", str(Path(state.workdir) / "conductor.conf")]
             # A session of its own: api workers are forked children, stop() ends the group.
+            # The package's management-driver scripts run in the conductor, with its env.
+            env = {**os.environ, "LCCN_HOOK_CONFIG": str(state.hook_config)}
             with (Path(state.workdir) / "logs" / f"{name}.out").open("wb") as out:
                 proc = subprocess.Popen(
                     cmd,
                     cwd=state.workdir,
+                    env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
