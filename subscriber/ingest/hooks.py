@@ -19,7 +19,8 @@ already, and may even have run (with nothing to drain) before the request came:
 - an event that is waiting or running: its job reads the request when its
   ``select-leaving`` step runs; one that ran that step before the request
   came is queued again (replay ``anew``) once it has settled;
-- a settled event whose job drained the requested servers: the answer stands.
+- a settled event whose job drained the requested servers: the answer stands;
+- a failed one, asked again by a POST: Tacker retries the operation, so we do too.
 
 Both the POST and the GET apply this rule, so a request survives any order of
 arrival and any restart in between. Auth: ``Authorization: Bearer <hooks.token>``;
@@ -202,6 +203,7 @@ class DrainHook:
         try:
             await self._remember(drain)
             await self._ensure_event(drain)
+            await self._retry_failed(drain)
             answer = await drain_answer(self._store, drain.vnfLcmOpOccId, wake=self._wake)
         except StoreUnavailable as exc:
             return problem_response(
@@ -252,6 +254,16 @@ class DrainHook:
             "servers": sorted(servers),
         }
         await self._store.tacker.set_value(key, json.dumps(value, separators=(",", ":")))
+
+    async def _retry_failed(self, drain: DrainRequest) -> None:
+        """A new request after a failed drain is Tacker retrying the operation: drain again."""
+        found = await self._store.events.of_op_occ(drain.vnfLcmOpOccId, "PROCESSING")
+        if not found or found[0].status != EventStatus.FAILED:
+            return
+        job = await self._store.jobs.current(found[0].id)
+        if job is not None and job.handler == DRAIN_HANDLER:
+            if await self._store.replays.request([found[0].id], "anew") and self._wake:
+                self._wake(found[0].vnf_instance_id)
 
     async def _ensure_event(self, drain: DrainRequest) -> None:
         """The op-occ's PROCESSING event exists (ours when Tacker's has not come yet)."""
