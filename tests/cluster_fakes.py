@@ -250,6 +250,11 @@ def _vnfc_at(
     raise KeyError(ip)
 
 
+def server_at(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
+    """The Nova server id of the VNFC at ``ip`` (what Tacker's grant names to remove)."""
+    return str(_vnfc_at(tacker, openstack, instance_id, ip)["computeResource"]["resourceId"])
+
+
 def add_worker(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
     """SCALE_OUT as Tacker shows it: a new worker VNFC (its own stack and server), first."""
     stack, server, vnfc_id = f"vnf-{instance_id}-workerNode-{uid()}/{uid()}", uid(), uid()

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from handlers import default_registry
-from subscriber.config import ClusterSettings, Settings, SshSettings
+from subscriber.config import ClusterSettings, HookSettings, Settings, SshSettings
 from subscriber.kernel import Services
 from subscriber.service import Service
 from tests.cluster_fakes import (
@@ -105,7 +105,13 @@ class Cluster:
 
 
 async def start(
-    bed: Any, ssh: SshSettings, tmp_path: Path, masters: list[Any], workers: list[Any], **kw: Any
+    bed: Any,
+    ssh: SshSettings,
+    tmp_path: Path,
+    masters: list[Any],
+    workers: list[Any],
+    hooks: HookSettings | None = None,
+    **kw: Any,
 ) -> Cluster:
     testhosts.reset_cluster(bed)
     params = k8s_params(
@@ -118,7 +124,9 @@ async def start(
         params=params,
     )
     base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}", **kw)
-    settings = base.model_copy(update={"ssh": ssh, "cluster": CLUSTER})
+    settings = base.model_copy(
+        update={"ssh": ssh, "cluster": CLUSTER, "hooks": hooks or HookSettings()}
+    )
     svc = Service(
         settings,
         registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
