@@ -17,7 +17,7 @@ import pytest
 from openstack import connection
 
 from tests.openstack_sim.process import SimProcess
-from tests.tacker.helpers import ServeProcess, TackerClient
+from tests.tacker.helpers import CallbackRecorder, ServeProcess, TackerClient
 
 # Our sample network (a Neutron net id as Tacker would pass it through to Heat).
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
@@ -32,9 +32,14 @@ def sim() -> Iterator[SimProcess]:
 
 
 @pytest.fixture(scope="session")
-def serve(tacker: TackerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+def serve(
+    tacker: TackerClient, recorder: CallbackRecorder, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServeProcess]:
+    """``serve`` subscribed to the run's Tacker. The bed is shared with other tiers, so
+    ``recorded_before`` marks what the recorder had heard before serve could hear it."""
     proc = ServeProcess(tmp_path_factory.mktemp("serve"))
     proc.start()
+    proc.recorded_before = len(recorder.received)
     sub = tacker.subscribe(proc.callback_url)
     yield proc
     tacker.unsubscribe(sub)

@@ -258,6 +258,7 @@ class ServeProcess:
     """``lccn-subscriber serve`` as a subprocess on a free port with its own SQLite store."""
 
     def __init__(self, tmp: Path) -> None:
+        self.recorded_before = 0  # the recorder's count when serve subscribed
         self.tmp = tmp
         self.port = tacker_bed.free_port()
         self.db_url = f"sqlite+aiosqlite:///{tmp / 'lccn.db'}"
