@@ -5,8 +5,9 @@ kubectl and control-plane binaries built by ``scripts/setup.d/40-k8s.sh``, Debia
 etcd, and the kubelet stand-in on their PATH. Missing binaries fail the tier: it is
 never skipped (CI builds them with the README's test command).
 
-The session's peak memory (every process in the hosts' namespaces plus pytest
-itself, sampled twice a second) is printed in the terminal summary.
+The session's peak memory (every process in the hosts' namespaces, pytest itself and
+every process it started: Tacker, ``serve``, the simulated OpenStack; sampled twice a
+second) is printed in the terminal summary.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.openstack_sim.process import SimProcess
 from tests.testbed import testhosts
 from tests.testbed.testhosts import TestBed
 
@@ -41,7 +43,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     top = sorted(((v, k) for k, v in _peak.items() if k != "total"), reverse=True)[:6]
     parts = ", ".join(f"{name} {mib:.0f}" for mib, name in top)
     terminalreporter.write_line(
-        f"k8s tier peak memory: {_peak['total']:.0f} MiB RSS (hosts' processes + pytest); "
+        f"k8s tier peak memory: {_peak['total']:.0f} MiB RSS (hosts' processes, pytest and "
+        "what it started); "
         f"per process MiB: {parts}"
     )
 
@@ -62,18 +65,22 @@ class MemorySampler(threading.Thread):
     def sample(self) -> None:
         total = 0.0
         per_name: dict[str, float] = {}
+        statuses: dict[int, dict[str, str]] = {}
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             pid = int(entry)
             try:
-                ours = pid == os.getpid() or os.stat(f"/proc/{pid}/ns/net").st_ino in self.inodes
-                if not ours:
-                    continue
                 status = Path(f"/proc/{pid}/status").read_text()
+                in_hosts = os.stat(f"/proc/{pid}/ns/net").st_ino in self.inodes
             except OSError:
                 continue
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            fields["in_hosts"] = "1" if in_hosts else ""
+            statuses[pid] = fields
+        for pid, fields in statuses.items():
+            if not (fields["in_hosts"] or self._descends_from_us(pid, statuses)):
+                continue
             rss = fields.get("VmRSS", "0 kB").split()
             mib = int(rss[0]) / 1024 if rss else 0.0
             name = "pytest" if pid == os.getpid() else fields.get("Name", "?").strip()
@@ -82,6 +89,20 @@ class MemorySampler(threading.Thread):
         _peak["total"] = max(_peak.get("total", 0.0), total)
         for name, mib in per_name.items():
             _peak[name] = max(_peak.get(name, 0.0), mib)
+
+    @staticmethod
+    def _descends_from_us(pid: int, statuses: dict[int, dict[str, str]]) -> bool:
+        """pytest itself, or a process it started (Tacker, serve, the simulator ...)."""
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == os.getpid():
+                return True
+            try:
+                pid = int(statuses[pid]["PPid"].strip())
+            except (KeyError, ValueError):
+                return False
+            seen += 1
+        return False
 
     def run(self) -> None:
         while not self.done.wait(0.5):
@@ -109,6 +130,19 @@ def k8s_hosts() -> Iterator[TestBed]:
         sampler.done.set()
         sampler.join()
         testhosts.destroy(bed)
+
+
+@pytest.fixture(scope="session")
+def k8s_sim(k8s_hosts: TestBed) -> Iterator[SimProcess]:
+    """The simulated OpenStack whose VNFC ports take the k8s hosts' addresses, in order
+    (masters first), and whose VIP is the hosts' block's address nobody answers on."""
+    proc = SimProcess(
+        server_pool=",".join(h.address for h in k8s_hosts.hosts),
+        vip_pool=k8s_hosts.unused_address,
+    )
+    proc.start()
+    yield proc
+    proc.stop()
 
 
 def restore_hostnames(bed: TestBed) -> None:

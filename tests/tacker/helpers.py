@@ -13,10 +13,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.testbed import tacker_bed
 
@@ -255,14 +257,28 @@ class CallbackRecorder:
 
 
 class ServeProcess:
-    """``lccn-subscriber serve`` as a subprocess on a free port with its own SQLite store."""
+    """``lccn-subscriber serve`` as a subprocess on a free port with its own SQLite store.
 
-    def __init__(self, tmp: Path) -> None:
+    Arguments:
+        tmp: its directory (store, log, config file).
+        config: settings by section, written to ``tmp/serve.yaml`` and given with
+            ``--config`` (the listen address and the store stay the flags'); ``None``:
+            no config file, the defaults.
+    """
+
+    def __init__(self, tmp: Path, config: Mapping[str, Any] | None = None) -> None:
         self.recorded_before = 0  # the recorder's count when serve subscribed
         self.tmp = tmp
         self.port = tacker_bed.free_port()
         self.db_url = f"sqlite+aiosqlite:///{tmp / 'lccn.db'}"
         self.log = tmp / "serve.log"
+        self.config_file: Path | None = None
+        if config is not None:
+            self.config_file = tmp / "serve.yaml"
+            self.config_file.write_text(
+                yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)))
+            )
+            self.config_file.chmod(0o600)  # it may hold passwords
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -285,6 +301,7 @@ class ServeProcess:
                     str(self.port),
                     "--database",
                     self.db_url,
+                    *(["--config", str(self.config_file)] if self.config_file else []),
                 ],
                 cwd=REPO,
                 env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -303,20 +320,10 @@ class ServeProcess:
 
         wait_for(ready, timeout=timeout, what="lccn-subscriber serve to answer")
 
-    def events(self) -> list[dict[str, Any]]:
-        """``lccn-subscriber events list --format json`` (the CLI contract, not the tables)."""
+    def _cli(self, *args: str) -> Any:
+        """``lccn-subscriber ARGS --database <its store>``; its JSON output."""
         out = subprocess.run(
-            [
-                *self._exe(),
-                "events",
-                "list",
-                "--format",
-                "json",
-                "--limit",
-                "100000",
-                "--database",
-                self.db_url,
-            ],
+            [*self._exe(), *args, "--database", self.db_url],
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True,
@@ -324,7 +331,15 @@ class ServeProcess:
             timeout=60,
             check=True,
         )
-        return json.loads(out.stdout)  # type: ignore[no-any-return]
+        return json.loads(out.stdout)
+
+    def events(self) -> list[dict[str, Any]]:
+        """``lccn-subscriber events list --format json`` (the CLI contract, not the tables)."""
+        return self._cli("events", "list", "--format", "json", "--limit", "100000")  # type: ignore[no-any-return]
+
+    def event(self, event_id: int) -> dict[str, Any]:
+        """``lccn-subscriber events show ID``: the event with its jobs and their steps."""
+        return self._cli("events", "show", str(event_id))  # type: ignore[no-any-return]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

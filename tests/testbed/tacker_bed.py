@@ -151,6 +151,34 @@ def _psql_python(sql: str) -> None:
     )
 
 
+def stored_vim_connection_info(state: BedState, inst_id: str) -> dict[str, Any] | None:
+    """A v2 instance's ``vimConnectionInfo`` as Tacker stored it (its ``VnfInstanceV2`` row).
+
+    The API hides credentials (``GET vnf_instances/{id}`` drops ``accessInfo.bearer_token``,
+    ``password``, ``client_secret``); the stored entry is what Tacker's infra drivers
+    use. Read with the Tacker venv's psycopg2; ``None`` for an unknown instance.
+    """
+    code = (
+        "import json, psycopg2, sys\n"
+        "c = psycopg2.connect(host='127.0.0.1', port=5432, user='postgres', dbname=sys.argv[1])\n"
+        "cur = c.cursor()\n"
+        'cur.execute(\'SELECT "vimConnectionInfo" FROM "VnfInstanceV2" WHERE id = %s\', '
+        "(sys.argv[2],))\n"
+        "row = cur.fetchone()\n"
+        "value = row[0] if row else None\n"
+        "print(value if isinstance(value, str) else json.dumps(value))\n"
+    )
+    out = subprocess.run(
+        [str(tacker_venv() / "bin" / "python"), "-c", code, state.database, inst_id],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    value = json.loads(out.stdout)
+    return value if isinstance(value, dict) else None
+
+
 def _write_config(state: BedState) -> Path:
     work = Path(state.workdir)
     for sub in ("csar", "images", "locks", "state", "logs"):
@@ -461,8 +489,11 @@ def stop(state: BedState, *, grace: float = 5.0) -> None:
         shutil.rmtree(state.workdir, ignore_errors=True)
 
 
-def onboard(state: BedState, zip_path: Path, *, timeout: float = 60.0) -> str:
-    """Create a VNF package, upload the zip, wait for ONBOARDED; returns the package id."""
+def onboard(state: BedState, zip_path: Path, *, timeout: float = 60.0, record: bool = True) -> str:
+    """Create a VNF package, upload the zip, wait for ONBOARDED; returns the package id.
+
+    ``record``: keep its ids as the bed's package (``state.vnf_package_id``, ``vnfd_id``).
+    """
     status, _, body = request("POST", f"{state.url}/vnfpkgm/v1/vnf_packages", {})
     if status != 201:
         raise BedError(f"create VNF package: {status} {body}")
@@ -479,7 +510,8 @@ def onboard(state: BedState, zip_path: Path, *, timeout: float = 60.0) -> str:
     while True:
         status, _, body = request("GET", f"{state.url}/vnfpkgm/v1/vnf_packages/{pkg_id}")
         if status == 200 and body.get("onboardingState") == "ONBOARDED":
-            state.vnf_package_id, state.vnfd_id = pkg_id, body["vnfdId"]
+            if record:
+                state.vnf_package_id, state.vnfd_id = pkg_id, body["vnfdId"]
             return str(pkg_id)
         if (
             status == 200
@@ -500,20 +532,31 @@ def _upload_failed(state: BedState) -> bool:
     return log.is_file() and "ERROR" in log.read_text(errors="replace")
 
 
-def build_and_onboard(state: BedState) -> str:
-    """Build the sample package with a fresh vnfdId and onboard it; returns the vnfdId."""
+def build_and_onboard(state: BedState, package: str = "kubernetes_cluster") -> str:
+    """Build a sample package with a fresh vnfdId and onboard it; returns the vnfdId.
+
+    ``package`` names a directory of ``scripts/vnf_package/``; only the default one (the
+    cluster VNF) becomes the bed's own package (``state.vnfd_id``).
+    """
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
-    from build_vnf_package import build_package
+    from build_vnf_package import DEFAULT_PACKAGE, build_package
 
     # The API casts the upload to the conductor over RabbitMQ; on a loaded
     # machine a cast can be lost and the package stays UPLOADING for ever.
     # Onboard a freshly built package again (a new vnfdId: a stuck one may keep
     # its vnfdId taken) rather than fail the whole bed.
     for attempt in range(1, 4):
-        zip_path, vnfd_id = build_package(Path(state.workdir) / f"lccn_k8s_cluster_{attempt}.zip")
+        zip_path, vnfd_id = build_package(
+            Path(state.workdir) / f"{package}_{attempt}.zip", package=package
+        )
         try:
-            onboard(state, zip_path, timeout=30.0 if attempt < 3 else 60.0)
+            onboard(
+                state,
+                zip_path,
+                timeout=30.0 if attempt < 3 else 60.0,
+                record=package == DEFAULT_PACKAGE,
+            )
             return vnfd_id
         except BedError as exc:
             if attempt == 3 or "UPLOADING" not in str(exc):
