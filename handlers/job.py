@@ -9,15 +9,18 @@ the topology (the ``discover`` step's checkpointed result).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
-from handlers.toolkit.params import api_version, load_params
+from handlers.toolkit.params import api_version, load_params, not_a_cluster
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
 from schemas import Notification, VnfLcmOperationOccurrenceNotification
 from schemas.cluster_params import K8sClusterInstallationParams
 from subscriber.config import ClusterSettings
-from subscriber.kernel import JobContext, Plan, PlanItem
+from subscriber.errors import NotACluster
+from subscriber.kernel import JobContext, Plan, PlanItem, StepsFor
 from subscriber.kernel.ports import ApiVersion
 
 __all__ = ["DISCOVER", "ClusterHandler", "ClusterJob"]
@@ -82,8 +85,30 @@ class ClusterHandler:
         self.settings = settings or ClusterSettings()
 
     def plan(self, notification: Notification) -> Plan:
-        return Plan(tuple(self.steps(ClusterJob(self.settings, notification))))
+        items = self.steps(ClusterJob(self.settings, notification))
+        return Plan(tuple(_clusters_only(item) for item in items))
 
     def steps(self, job: ClusterJob) -> Sequence[PlanItem]:
         """The plan's steps for ``job``, in order (pure: make steps, do nothing)."""
         raise NotImplementedError
+
+
+def _clusters_only(item: PlanItem) -> PlanItem:
+    """``item``, skipped once an earlier step found the VNF is not a cluster (a CNF).
+
+    The parameters step raises :class:`~subscriber.errors.NotACluster` for a CNF; every
+    later step then ends skipped with the same result (no Tacker, OpenStack or SSH
+    call), and steps expanded from such a result expand to none.
+    """
+    if isinstance(item, StepsFor):
+        expand = item.expand
+        return StepsFor(item.pattern, item.after, lambda r: () if not_a_cluster(r) else expand(r))
+    run = item.run
+
+    async def clusters_only(ctx: JobContext) -> Any:
+        found = next((r for r in ctx.results.values() if not_a_cluster(r)), None)
+        if found is not None:
+            raise NotACluster("the VNF is not a cluster (see the parameters step)", found)
+        return await run(ctx)
+
+    return dataclasses.replace(item, run=clusters_only)

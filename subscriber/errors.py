@@ -47,6 +47,8 @@ boundary each, chaining the original with ``from exc``.
     │                                   its effect is unknown, so it is not re-run
     ├── StepOutcome                     not failures: how a step ends other than by returning
     │   └── SkipStep                    the step's work is already done ("node already joined")
+    │       └── NotACluster             the VNF is a CNF on Kubernetes, not a cluster of VMs:
+    │                                   the cluster handlers' steps have nothing to do
     └── CliError                        a command cannot go on: one line on stderr, exit 2
         └── PublishInputError           ``kafka publish`` input holds no valid notification
 
@@ -73,6 +75,7 @@ __all__ = [
     "IngestError",
     "LccnError",
     "ListenFailed",
+    "NotACluster",
     "NotificationParseError",
     "OpenStackAuthFailed",
     "OpenStackError",
@@ -270,6 +273,18 @@ class SkipStep(StepOutcome):
         super().__init__(reason)
         self.reason = reason
         self.result = result
+
+
+class NotACluster(SkipStep):
+    """The VNF of the notification is not a cluster of VMs but a CNF deployed on Kubernetes.
+
+    Every VIM it names is a Kubernetes or Helm one and its operation carries no cluster
+    parameters (the seeds' VNF-B, which Tacker deploys on the cluster we built and whose
+    notifications reach us through the same subscription). The cluster handlers skip the
+    job's steps; the job is done, with the reason on each step.
+    """
+
+    error_class = "not-a-cluster"
 
 
 # ---------------------------------------------------------------------- SSH

@@ -7,11 +7,15 @@ the instance's last completed INSTANTIATE op-occ (v2 keeps no instantiation
 parameters on the instance; Tacker's own v2 driver makes every scale and heal
 request repeat them, we do not).
 They hold passwords: keep them in memory, never in a step result or a log.
+
+A VNF with no parameters anywhere whose every VIM is a Kubernetes or Helm one is a
+CNF (deployed on a cluster, perhaps one we built), not a cluster of VMs: its jobs
+are skipped (:class:`~subscriber.errors.NotACluster`), not failed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from schemas import Notification, VnfLcmOperationOccurrenceNotification
@@ -21,10 +25,14 @@ from schemas.cluster_params import (
     apply_credential_overrides,
     parse_cluster_params,
 )
-from subscriber.errors import ClusterParamsError, PermanentStepError
+from subscriber.errors import ClusterParamsError, NotACluster, PermanentStepError
 from subscriber.kernel.ports import ApiVersion, TackerApi
 
-__all__ = ["api_version", "load_params", "params_summary"]
+__all__ = ["CNF_VIM_TYPES", "api_version", "load_params", "not_a_cluster", "params_summary"]
+
+# The VIM types of a VNF deployed on Kubernetes (v2, v2 Helm, v1).
+CNF_VIM_TYPES = frozenset({"ETSINFV.KUBERNETES.V_1", "ETSINFV.HELM.V_3", "kubernetes"})
+_NOT_A_CLUSTER = "notACluster"  # the key of a skipped parameters step's result
 
 
 def api_version(notification: Notification) -> ApiVersion:
@@ -59,6 +67,27 @@ async def _instantiate_params(tacker: TackerApi, vnf_instance_id: str) -> Mappin
     return None
 
 
+def _vim_types(*sources: Any) -> set[str]:
+    """The ``vimType`` of every vimConnectionInfo entry (a v2 map or a v1 list)."""
+    types: set[str] = set()
+    for vci in sources:
+        if isinstance(vci, Mapping):
+            entries: Iterable[Any] = vci.values()
+        elif isinstance(vci, list):
+            entries = vci
+        else:
+            continue
+        for entry in entries:
+            if isinstance(entry, Mapping) and isinstance(entry.get("vimType"), str):
+                types.add(entry["vimType"])
+    return types
+
+
+def not_a_cluster(result: Any) -> bool:
+    """Whether a step's stored result says its VNF is not a cluster (:class:`NotACluster`)."""
+    return isinstance(result, Mapping) and bool(result.get(_NOT_A_CLUSTER))
+
+
 async def load_params(
     tacker: TackerApi, notification: VnfLcmOperationOccurrenceNotification
 ) -> K8sClusterInstallationParams:
@@ -68,8 +97,10 @@ async def load_params(
     overrides on top of the saved parameters.
 
     Raises:
-        PermanentStepError: no parameters anywhere, or invalid ones (each bad
-            field named, no value echoed).
+        NotACluster: no parameters anywhere, and every VIM of the request and the
+            instance is a Kubernetes or Helm one (a CNF).
+        PermanentStepError: no parameters anywhere (and not a CNF), or invalid ones
+            (each bad field named, no value echoed).
         TackerUnavailable: Tacker could not be asked (retriable).
     """
     n = notification
@@ -86,6 +117,17 @@ async def load_params(
         if (not saved or PARAM_KEY not in saved) and n.operation.value != "INSTANTIATE":
             saved = await _instantiate_params(tacker, n.vnfInstanceId)
         if not saved or PARAM_KEY not in saved:
+            vims = _vim_types(
+                (_mapping(occ, "operationParams") or {}).get("vimConnectionInfo"),
+                instance.get("vimConnectionInfo"),
+            )
+            if vims and vims <= CNF_VIM_TYPES:
+                raise NotACluster(
+                    f"VNF instance {n.vnfInstanceId} is deployed on Kubernetes "
+                    f"({', '.join(sorted(vims))}) and has no {PARAM_KEY}: a CNF, "
+                    "not a cluster of VMs; nothing to do",
+                    {_NOT_A_CLUSTER: True, "vimTypes": sorted(vims)},
+                )
             raise PermanentStepError(
                 f"neither the {n.operation.value} request ({n.vnfLcmOpOccId}) nor the "
                 f"instance's saved additionalParams carry {PARAM_KEY}",

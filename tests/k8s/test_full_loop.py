@@ -345,6 +345,25 @@ def test_vnf_b_tacker_deploys_a_cnf_on_the_cluster_and_terminate_removes_it(
 
     # The cluster itself is untouched: every node still Ready through VNF-A's VIM.
     assert all(tacker_k8s(vim).get("nodes", {}).values())
+    # serve heard VNF-B through the same subscription: a CNF is not a cluster of VMs, so
+    # its cluster jobs end done with every step skipped, and nothing is filed as failed.
+    event = handled(serve, occ["id"], timeout=60)
+    (job,) = event["jobs"]
+    assert job["handler"] == "cluster-instantiate"
+    assert {s["status"] for s in job["steps"]} == {"skipped"}, job["steps"]
+    assert "deployed on Kubernetes" in job["steps"][0]["output"]
+
+    def settled() -> dict[tuple[str, str], str] | None:
+        events = [e for e in serve.events() if e["vnfInstanceId"] == inst]
+        if any(e["status"] in ("pending", "running", "retry") for e in events):
+            return None
+        return {
+            (e["operation"], e["operationState"]): e["status"] for e in events if e["operation"]
+        }
+
+    statuses = wait_for(settled, timeout=60, interval=1.0, what="serve to settle VNF-B's events")
+    assert "failed" not in statuses.values(), statuses
+    assert statuses[("INSTANTIATE", "STARTING")] == "done", statuses
     print(
         f"VNF-B: INSTANTIATE {t_instantiate:.1f} s (with onboarding), TERMINATE {t_terminate:.1f} s"
     )

@@ -15,7 +15,13 @@ from handlers.toolkit.params import load_params
 from handlers.toolkit.topology import Topology, discover
 from schemas import VnfLcmOperationOccurrenceNotification, parse_notification_data
 from schemas.cluster_params import parse_cluster_params
-from subscriber.errors import DiscoveryError, PermanentStepError, ServiceMissing, SkipStep
+from subscriber.errors import (
+    DiscoveryError,
+    NotACluster,
+    PermanentStepError,
+    ServiceMissing,
+    SkipStep,
+)
 from subscriber.kernel import HandlerRegistry, JobContext, Services, Step, StepsFor
 from subscriber.kernel.ports import PortAddresses
 from tests.cluster_fakes import (
@@ -110,6 +116,63 @@ async def test_starting_handler_validates_early() -> None:
     assert isinstance(step, Step) and step.name == "validate-params"
     with pytest.raises(PermanentStepError, match="pod_cidr"):
         await step.run(ctx)
+
+
+K8S_VIM = {
+    "vimId": "c0ffee00-0000-4000-8000-000000000001",
+    "vimType": "ETSINFV.KUBERNETES.V_1",
+    "interfaceInfo": {"endpoint": "https://10.9.0.15:6443"},
+    "accessInfo": {"bearer_token": "t0ken-value"},
+}
+OPENSTACK_VIM = {
+    "vimId": "c0ffee00-0000-4000-8000-000000000002",
+    "vimType": "ETSINFV.OPENSTACK_KEYSTONE.V_3",
+}
+
+
+async def test_a_cnf_without_params_is_not_a_cluster_but_a_vm_vnf_without_them_fails() -> None:
+    # VNF-B of the two-VNF flow: deployed on a Kubernetes VIM, no cluster parameters.
+    tacker, _, inst, occ = cluster_vnf(["10.9.0.5"], [])
+    tacker.op_occs[occ]["operationParams"] = {
+        "vimConnectionInfo": {"k8s": K8S_VIM},
+        "additionalParams": {"lcm-kubernetes-def-files": ["Files/kubernetes/deployment.yaml"]},
+    }
+    with pytest.raises(NotACluster) as info:
+        await load_params(tacker, notification(ctx_for(inst, occ, Services(), state="STARTING")))
+    assert info.value.result == {"notACluster": True, "vimTypes": ["ETSINFV.KUBERNETES.V_1"]}
+    assert "t0ken-value" not in str(info.value)
+    # Later operations: the instance's VIMs (v1 lists them) say so too.
+    tacker.op_occs[occ]["operationParams"] = {}
+    tacker.instances[inst]["vimConnectionInfo"] = [{**K8S_VIM, "vimType": "kubernetes"}]
+    with pytest.raises(NotACluster):
+        await load_params(tacker, notification(ctx_for(inst, occ, Services(), operation="SCALE")))
+    # A VNF on OpenStack without parameters is a cluster VNF with a mistake: it fails.
+    tacker.instances[inst]["vimConnectionInfo"] = {"vim1": OPENSTACK_VIM, "k8s": K8S_VIM}
+    with pytest.raises(PermanentStepError, match="k8s_cluster_installation_param") as failed:
+        await load_params(tacker, notification(ctx_for(inst, occ, Services(), operation="SCALE")))
+    assert not isinstance(failed.value, NotACluster)
+
+
+async def test_every_step_of_a_cnfs_job_is_skipped_without_touching_anything() -> None:
+    tacker, openstack, inst, occ = cluster_vnf(["10.9.0.15"], ["10.9.0.16"])
+    tacker.op_occs[occ]["operationParams"] = {"vimConnectionInfo": {"k8s": K8S_VIM}}
+    ctx = ctx_for(inst, occ, services(tacker, openstack))
+    plan = InstantiateCluster().plan(ctx.notification)
+    ran: dict[str, str] = {}
+    for step in plan.steps(ctx.results):  # as the runner does: results fill in as steps end
+        with pytest.raises(NotACluster) as skipped:
+            await step.run(ctx)
+        ctx.results[step.name] = skipped.value.result
+        ran[step.name] = skipped.value.reason
+    # The per-node steps expand to none; nothing reached OpenStack, SSH or a write-back.
+    assert list(ran) == [n for n in plan.outline() if "<node>" not in n]
+    assert "is deployed on Kubernetes" in ran["load-params"]
+    assert openstack.calls == [] and tacker.write_backs == []
+    # The STARTING validation skips too, rather than failing the CNF's operation.
+    (check,) = ValidateInstantiate().plan(ctx.notification).items
+    assert isinstance(check, Step)
+    with pytest.raises(NotACluster):
+        await check.run(ctx_for(inst, occ, Services(tacker=tacker), state="STARTING"))
 
 
 # ------------------------------------------------------------------- discovery
