@@ -295,16 +295,13 @@ def test_vnf_b_tacker_deploys_a_cnf_on_the_cluster_and_terminate_removes_it(
     assert bed.vnfd_id != vnfd_b  # the bed's own package is still the cluster's
     inst = tacker.create(vnfd_b, unique_name("k8s-vnf-b"))
     try:
-        occ = tacker.run_op(
-            inst,
-            "instantiate",
-            {
-                "flavourId": "simple",
-                "vimConnectionInfo": {VIM_KEY: vim},
-                "additionalParams": {"lcm-kubernetes-def-files": CNF_FILES, "namespace": "default"},
-            },
-        )
-        # ... with a timeout of its own: Tacker polls the resources every 10 s.
+        request = {
+            "flavourId": "simple",
+            "vimConnectionInfo": {VIM_KEY: vim},
+            "additionalParams": {"lcm-kubernetes-def-files": CNF_FILES, "namespace": "default"},
+        }
+        # Tacker's driver looks at the resources every 10 s: a loaded machine needs time.
+        occ = tacker.wait_op(tacker.start_op(inst, "instantiate", request), timeout=300)
         assert occ["operationState"] == "COMPLETED", occ.get("error")
         t_instantiate = time.monotonic() - t0
 
@@ -333,7 +330,9 @@ def test_vnf_b_tacker_deploys_a_cnf_on_the_cluster_and_terminate_removes_it(
 
         # TERMINATE removes the Deployment (and its pods) from the cluster.
         t1 = time.monotonic()
-        term = tacker.run_op(inst, "terminate", {"terminationType": "FORCEFUL"})
+        term = tacker.wait_op(
+            tacker.start_op(inst, "terminate", {"terminationType": "FORCEFUL"}), timeout=300
+        )
         assert term["operationState"] == "COMPLETED", term.get("error")
         t_terminate = time.monotonic() - t1
         status, _ = api_get(endpoint, path, ca_pem=ca, token=token)
