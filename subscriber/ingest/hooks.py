@@ -261,9 +261,13 @@ class DrainHook:
         if not found or found[0].status != EventStatus.FAILED:
             return
         job = await self._store.jobs.current(found[0].id)
-        if job is not None and job.handler == DRAIN_HANDLER:
-            if await self._store.replays.request([found[0].id], "anew") and self._wake:
-                self._wake(found[0].vnf_instance_id)
+        if (
+            job is not None
+            and job.handler == DRAIN_HANDLER
+            and await self._store.replays.request([found[0].id], "anew")
+            and self._wake
+        ):
+            self._wake(found[0].vnf_instance_id)
 
     async def _ensure_event(self, drain: DrainRequest) -> None:
         """The op-occ's PROCESSING event exists (ours when Tacker's has not come yet)."""
