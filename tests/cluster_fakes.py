@@ -22,6 +22,11 @@ WORKER_CP = "workerNode_CP2"
 VIP_CP = "vip_CP"
 
 
+LIST_EXCLUDED = frozenset(
+    {"operationParams", "error", "resourceChanges", "changedInfo", "changedExtConnectivity"}
+)
+
+
 def uid() -> str:
     return str(uuid.uuid4())
 
@@ -46,10 +51,18 @@ class FakeTacker:
         return self.op_occs[op_occ_id]
 
     async def list_op_occs(self, filter: str | None = None) -> list[dict[str, Any]]:
-        """Only the filter the handlers use: ``(eq,vnfInstanceId,X);(eq,operation,Y)``."""
+        """Only the filter the handlers use: ``(eq,vnfInstanceId,X);(eq,operation,Y)``.
+
+        As Tacker (SOL013 ``exclude_default``), a list leaves out ``operationParams``,
+        ``error``, ``resourceChanges``, ``changedInfo`` and ``changedExtConnectivity``.
+        """
         self.gets += 1
         wanted = dict(part.strip("()").split(",")[1:] for part in (filter or "").split(";") if part)
-        return [o for o in self.op_occs.values() if all(o.get(k) == v for k, v in wanted.items())]
+        return [
+            {k: v for k, v in o.items() if k not in LIST_EXCLUDED}
+            for o in self.op_occs.values()
+            if all(o.get(k) == v for k, v in wanted.items())
+        ]
 
     async def write_back(
         self, vnf_instance_id: str, access: KubernetesAccess, *, api: str = "v2"

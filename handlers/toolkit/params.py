@@ -54,13 +54,18 @@ def _mapping(data: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any] | 
 
 
 async def _instantiate_params(tacker: TackerApi, vnf_instance_id: str) -> Mapping[str, Any] | None:
-    """additionalParams of the instance's newest COMPLETED INSTANTIATE op-occ."""
+    """additionalParams of the instance's newest COMPLETED INSTANTIATE op-occ.
+
+    A list of op-occs leaves ``operationParams`` out (SOL013's ``exclude_default``,
+    which Tacker applies), so each candidate is read whole, newest first.
+    """
     occs = await tacker.list_op_occs(
         f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,INSTANTIATE)"
     )
     done = [o for o in occs if o.get("operationState") == "COMPLETED"]
     done.sort(key=lambda o: str(o.get("stateEnteredTime") or o.get("startTime") or ""))
-    for occ in reversed(done):
+    for listed in reversed(done):
+        occ = await tacker.get_op_occ(str(listed["id"]))
         params = _mapping(occ, "operationParams", "additionalParams")
         if params and PARAM_KEY in params:
             return params
