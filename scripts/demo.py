@@ -1,148 +1,479 @@
 #!/usr/bin/env python3
-"""Demo: the real Tacker 16.0.0 instantiates our Kubernetes-cluster VNF on a simulated
-OpenStack, and ``lccn-subscriber serve`` receives and stores every notification.
+"""Demo: the whole job. The real Tacker 16.0.0 instantiates our Kubernetes-cluster VNF,
+``lccn-subscriber serve`` builds the cluster on the VMs over SSH and writes its access
+back into the VNF instance, and a client reaches the cluster through what Tacker holds.
 
-    bash scripts/setup.d/20-tacker.sh        # once: installs Tacker (cached)
-    .venv/bin/python scripts/demo.py [--flavour simple|complex] [--keep]
+    bash scripts/test.sh        # once, the README's test command: installs the parts
+    sudo .venv/bin/python scripts/demo.py [--flavour simple|complex] [--scale] [--keep]
 
-It starts the simulated OpenStack, Tacker (conductor + API, fresh database, sample
-package onboarded) and ``lccn-subscriber serve`` (SQLite store in a temp dir), all on
-free loopback ports; subscribes serve's callback
-(``POST /vnflcm/v2/subscriptions``, callbackUri ``http://127.0.0.1:PORT/lccn/notifications``);
-creates a VNF instance and runs INSTANTIATE, printing each notification as serve stores
-it and then each VNFC's address as Heat reports it. ``--keep`` leaves everything running
-until Ctrl-C (URLs printed), otherwise it stops everything and drops the database.
+What is real and what is simulated (the tests' beds, see README "Testing"):
+
+- the VMs are sshd hosts in network namespaces (root needed); with the default
+  ``--kubernetes real`` they run the real kubeadm, kube-apiserver, etcd, kubectl
+  built by ``scripts/setup.d/40-k8s.sh`` (only the kubelet is a stand-in process);
+  ``--kubernetes standin`` uses the stand-in tools (faster, no API server to reach);
+- OpenStack is the simulator (``tests/openstack_sim``): its servers get the hosts'
+  addresses, so what Tacker's Heat stack creates is what ``serve`` reaches;
+- Tacker and ``serve`` are the real programs, ``serve`` a subprocess configured by a
+  TOML file the demo writes (printed with ``--show-config``), as an operator would.
+
+Steps: start everything on free loopback ports; INSTANTIATE (``events watch`` shows
+each step of the cluster job live: step, node, duration); print the
+``vimConnectionInfo`` entry Tacker now holds (token masked) and the cluster's nodes
+read through it; with ``--scale``, SCALE_OUT by one worker and the nodes again;
+TERMINATE, and ``serve`` forgets the cluster. ``--keep`` waits for Ctrl-C before
+stopping everything.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import json
 import os
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from openstack import connection  # noqa: E402
-
+from tests.cluster_fakes import k8s_params  # noqa: E402
 from tests.openstack_sim.process import SimProcess  # noqa: E402
 from tests.tacker.helpers import (  # noqa: E402
-    ServeProcess,
+    CallbackRecorder,
     TackerClient,
     ext_virtual_links,
-    k8s_params,
     unique_name,
+    wait_for,
 )
-from tests.testbed import tacker_bed  # noqa: E402
+from tests.testbed import tacker_bed, testhosts  # noqa: E402
 
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
+K8S_VIM = "ETSINFV.KUBERNETES.V_1"
+# What install_k8s_cluster.sh needs on these hosts (no apt, no CNI, no kubeadm preflight:
+# there is no VM kernel or container runtime to check); on real VMs none of it is set.
+SCRIPT_ENV = {
+    "K8S_SKIP_PHASES": "packages,cni",
+    "K8S_VERSION": testhosts.K8S_VERSION,
+    "K8S_KUBEADM_EXTRA": "--ignore-preflight-errors=all --skip-phases=preflight",
+}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--flavour", choices=("simple", "complex"), default="simple")
-    p.add_argument("--keep", action="store_true", help="keep everything running until Ctrl-C")
-    args = p.parse_args()
+class DemoError(Exception):
+    """A one-line reason the demo cannot go on."""
 
-    with contextlib.ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lccn-demo-")))
-        sim = SimProcess()
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def elapsed(t0: float) -> str:
+    return f"{time.monotonic() - t0:.1f} s"
+
+
+def exe() -> list[str]:
+    found = Path(sys.executable).with_name("lccn-subscriber")
+    return [str(found)] if found.exists() else [sys.executable, "-m", "subscriber.cli"]
+
+
+def preflight(kubernetes: str, flavour: str) -> None:
+    problems = []
+    if kubernetes == "real" and flavour == "complex":
+        problems.append(
+            "the complex (HA) flavour needs haproxy and keepalived on the hosts, which the "
+            "real-Kubernetes test hosts do not run yet: add --kubernetes standin"
+        )
+    if os.geteuid() != 0:
+        problems.append("run as root (the VMs are network namespaces)")
+    if not Path(testhosts.SSHD).exists():
+        problems.append("sshd missing: bash scripts/setup.d/10-sshd.sh")
+    if not tacker_bed.is_installed():
+        problems.append("Tacker missing: bash scripts/setup.d/20-tacker.sh")
+    if kubernetes == "real" and (why := testhosts.k8s_missing()) is not None:
+        problems.append(f"{why} (or --kubernetes standin)")
+    if problems:
+        raise DemoError("; ".join(problems))
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> None:
+    lines: list[str] = []
+    for name, values in sections.items():
+        plain = {k: v for k, v in values.items() if not isinstance(v, dict)}
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in plain.items()]
+        for k, sub in values.items():
+            if isinstance(sub, dict):
+                lines.append(f"\n[{name}.{k}]")
+                lines += [f"{kk} = {toml_value(vv)}" for kk, vv in sub.items()]
+        lines.append("")
+    path.write_text("\n".join(lines))
+    path.chmod(0o600)  # it holds the simulated cloud's password
+
+
+class Serve:
+    """``lccn-subscriber serve --config F`` and its live ``events watch``."""
+
+    def __init__(self, config: Path, db_url: str, port: int, log: Path) -> None:
+        self.config, self.db_url, self.port, self.log = config, db_url, port, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.watcher: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [*exe(), "serve", "--config", str(self.config)],
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise DemoError(f"serve exited: {self.log.read_text()[-2000:]}")
+            try:
+                status, _, _ = tacker_bed.request(
+                    "GET", f"http://127.0.0.1:{self.port}/readyz", timeout=2
+                )
+            except OSError:
+                return False
+            return status == 200
+
+        wait_for(ready, timeout=60, what="serve to be ready (store, Tacker subscription)")
+
+    def watch(self) -> None:
+        """``events watch`` in the background, its lines indented under ours."""
+        self.watcher = subprocess.Popen(
+            [*exe(), "events", "watch", "--all", "--database", self.db_url],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        out = self.watcher.stdout
+        assert out is not None
+
+        watching = threading.Event()
+
+        def pump() -> None:
+            for line in out:
+                if " watching events" in line:
+                    watching.set()
+                else:
+                    say(f"    | {line.rstrip()}")
+
+        threading.Thread(target=pump, name="watch", daemon=True).start()
+        if not watching.wait(60):
+            raise DemoError("lccn-subscriber events watch did not start")
+
+    def events(self) -> list[dict[str, Any]]:
+        out = subprocess.run(
+            [*exe(), "events", "list", "--format", "json", "--database", self.db_url],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+    def handled(self, occ: str, timeout: float = 600.0) -> dict[str, Any]:
+        """The op-occ's COMPLETED event once its job has settled."""
+
+        def settled() -> dict[str, Any] | None:
+            for e in self.events():
+                if (
+                    e["vnfLcmOpOccId"] == occ
+                    and e["operationState"] == "COMPLETED"
+                    and e["status"] in ("done", "failed")
+                ):
+                    return e
+            return None
+
+        event: dict[str, Any] = wait_for(settled, timeout=timeout, interval=0.5, what="the job")
+        if event["status"] != "done":
+            raise DemoError(
+                f"serve's job for {occ} failed: {event.get('statusDetail')} "
+                f"(lccn-subscriber events show {event['id']} --database {self.db_url})"
+            )
+        return event
+
+    def stop(self) -> None:
+        for proc in (self.watcher, self.proc):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(20)
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+
+
+def forget_subscriptions(tacker: TackerClient, callback: str) -> None:
+    """Delete serve's subscription (serve keeps it on stop, as in production)."""
+    _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
+    for sub in subs or []:
+        if sub.get("callbackUri") == callback:
+            tacker.unsubscribe(sub["id"])
+
+
+def masked(token: str) -> str:
+    return f"{token[:6]}...({len(token)} chars)" if token else "(none)"
+
+
+def show_entry(entry: dict[str, Any]) -> None:
+    access, iface = entry.get("accessInfo") or {}, entry.get("interfaceInfo") or {}
+    ca = iface.get("ssl_ca_cert") or ""
+    say(f"    vimType      {entry.get('vimType')}")
+    say(f"    endpoint     {iface.get('endpoint')}")
+    say(f"    ssl_ca_cert  {ca.splitlines()[0] if ca else '(none)'} ... ({len(ca)} bytes)")
+    say(f"    bearer_token {masked(access.get('bearer_token', ''))}")
+
+
+def nodes_through(entry: dict[str, Any], tmp: Path, kubernetes: str) -> None:
+    """``kubectl get nodes`` with nothing but the entry: its endpoint, CA and token."""
+    if kubernetes != "real":
+        say("    (stand-in tools: there is no API server to ask; --kubernetes real has one)")
+        return
+    iface, access = entry["interfaceInfo"], entry["accessInfo"]
+    ca = base64.b64encode(iface["ssl_ca_cert"].encode()).decode()
+    kubeconfig = tmp / "kubeconfig"
+    kubeconfig.touch(mode=0o600)
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "vnf",
+                        "cluster": {
+                            "server": iface["endpoint"],
+                            "certificate-authority-data": ca,
+                        },
+                    }
+                ],
+                "users": [{"name": "tacker", "user": {"token": access["bearer_token"]}}],
+                "contexts": [{"name": "vnf", "context": {"cluster": "vnf", "user": "tacker"}}],
+                "current-context": "vnf",
+            }
+        )
+    )
+    kubectl = testhosts.k8s_bin_dir() / "kubectl"
+    out = subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o", "wide"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    for line in (out.stdout or out.stderr).splitlines():
+        say(f"    {line}")
+
+
+def k8s_entry(recorder: CallbackRecorder, inst: str, since: int) -> dict[str, Any]:
+    """The entry as Tacker took it: our PATCH's MODIFY_INFO result (Tacker's GET of the
+    instance leaves the token out)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for r in recorder.received[since:]:
+            b = r["body"]
+            if (
+                b.get("vnfInstanceId") == inst
+                and b.get("operation") == "MODIFY_INFO"
+                and b.get("operationState") == "COMPLETED"
+            ):
+                vci = (b.get("changedInfo") or {}).get("vimConnectionInfo") or {}
+                for entry in vci.values():
+                    if entry.get("vimType") == K8S_VIM:
+                        return entry  # type: ignore[no-any-return]
+        time.sleep(0.3)
+    raise DemoError("Tacker reported no vimConnectionInfo change from serve")
+
+
+@contextlib.contextmanager
+def phase(title: str) -> Iterator[None]:
+    t0 = time.monotonic()
+    say(f"\n== {title}")
+    yield
+    say(f"   ({title}: {elapsed(t0)})")
+
+
+def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
+    preflight(args.kubernetes, args.flavour)
+    masters = 3 if args.flavour == "complex" else 1
+    count = masters + 2 + (1 if args.scale else 0)
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lccn-demo-")))
+
+    with phase("starting the parts"):
+        hosts = testhosts.create(count, password=True, kubernetes=args.kubernetes)
+        stack.callback(testhosts.destroy, hosts)
+        addresses = ", ".join(h.address for h in hosts.hosts)
+        say(f"  VMs (sshd hosts)   {addresses}  ({args.kubernetes} kubeadm)")
+        sim = SimProcess(
+            server_pool=",".join(h.address for h in hosts.hosts), vip_pool=hosts.unused_address
+        )
         sim.start()
         stack.callback(sim.stop)
-        print(f"simulated OpenStack  {sim.auth_url}  (servers get {sim.config.server_pool})")
+        say(f"  OpenStack (sim)    {sim.auth_url}")
+        if args.tacker_url:  # a Tacker already running with the package onboarded
+            tacker_url, vnfd_id = args.tacker_url, args.vnfd_id
+        else:
+            bed = tacker_bed.start(owner_pid=os.getpid())
+            stack.callback(tacker_bed.stop, bed)
+            tacker_url, vnfd_id = bed.url, tacker_bed.build_and_onboard(bed)
+        say(f"  Tacker 16.0.0      {tacker_url}  (sample package onboarded, vnfdId {vnfd_id})")
+        recorder = CallbackRecorder()
+        recorder.start()
+        stack.callback(recorder.stop)
+        tacker = TackerClient(tacker_url)
+        stack.callback(tacker.unsubscribe, tacker.subscribe(recorder.url))
 
-        t0 = time.monotonic()
-        bed = tacker_bed.start(owner_pid=os.getpid())
-        stack.callback(tacker_bed.stop, bed)
-        vnfd_id = tacker_bed.build_and_onboard(bed)
-        print(
-            f"Tacker 16.0.0        {bed.url}  (ready in {bed.started_in} s, "
-            f"package onboarded in {time.monotonic() - t0 - bed.started_in:.1f} s, "
-            f"vnfdId {vnfd_id})"
+        port = tacker_bed.free_port()
+        db_url = f"sqlite+aiosqlite:///{tmp / 'lccn.db'}"
+        c = sim.config
+        config = tmp / "lccn.toml"
+        write_config(
+            config,
+            {
+                "http": {"host": "127.0.0.1", "port": port},
+                "database": {"url": db_url},
+                "tacker": {
+                    "endpoint": tacker_url,
+                    "noauth_user_id": tacker_bed.USER_ID,
+                    "noauth_project_id": tacker_bed.PROJECT_ID,
+                    "subscribe_on_start": True,
+                },
+                "openstack": {
+                    "auth_url": sim.auth_url,
+                    "username": c.username,
+                    "password": c.password,
+                    "project_name": c.project_name,
+                    "user_domain_name": c.domain,
+                    "project_domain_name": c.domain,
+                    "region_name": c.region,
+                },
+                "ssh": {
+                    "known_hosts": str(hosts.known_hosts),
+                    "client_keys": [str(hosts.client_key)],
+                    "connect_timeout": 5.0,
+                },
+                "cluster": {
+                    "handlers": "on",
+                    "token_wait_timeout": 60.0,
+                    "install_timeout": 600.0,
+                    "script_env": SCRIPT_ENV
+                    if args.kubernetes == "real"
+                    else {"K8S_SKIP_PHASES": "packages,cni"},
+                },
+            },
         )
-
-        serve = ServeProcess(tmp)
+        if args.show_config:
+            say("  serve's configuration (lccn.toml, password masked):")
+            for line in config.read_text().splitlines():
+                shown = line.replace(c.password, "***") if c.password else line
+                say(f"    {shown}")
+        serve = Serve(config, db_url, port, tmp / "serve.log")
         serve.start()
         stack.callback(serve.stop)
-        print(f"lccn-subscriber      {serve.callback_url}  (store {serve.db_url})")
+        stack.callback(forget_subscriptions, tacker, f"http://127.0.0.1:{port}/lccn/notifications")
+        say(f"  lccn-subscriber    http://127.0.0.1:{port}/lccn/notifications  (subscribed)")
+        serve.watch()
 
-        tacker = TackerClient(bed.url)
-        sub_id = tacker.subscribe(serve.callback_url)
-        print(f"subscribed           {sub_id} -> {serve.callback_url}\n")
-
-        inst_id = tacker.create(vnfd_id, unique_name(f"demo-{args.flavour}"))
-        print(f"VNF instance         {inst_id}")
-        occ_id = tacker.start_op(
-            inst_id,
+    inst = tacker.create(vnfd_id, unique_name(f"demo-{args.flavour}"))
+    params = k8s_params(
+        master_user="root",
+        worker_user=hosts.user or "root",
+        key=str(hosts.client_key),
+        password=hosts.password,
+        ha=args.flavour == "complex",
+    )
+    with phase(f"INSTANTIATE ({args.flavour} flavour) of VNF instance {inst}"):
+        since = len(recorder.received)
+        occ = tacker.run_op(
+            inst,
             "instantiate",
             {
                 "flavourId": args.flavour,
                 "vimConnectionInfo": sim.vim_connection_info(),
                 "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": k8s_params(args.flavour),
+                "additionalParams": params,
             },
         )
-        print(f"INSTANTIATE          op-occ {occ_id}\n\nnotifications stored by serve:")
-
-        seen: set[int] = set()
-        deadline = time.monotonic() + 120
-        final = None
-        while time.monotonic() < deadline:
-            for e in serve.events():
-                if e["id"] not in seen:
-                    seen.add(e["id"])
-                    print(
-                        f"  #{e['id']:<3} {e['notificationType']:<44} "
-                        f"{e['operation'] or '-':<12} {e['operationState'] or '-':<11} "
-                        f"{e['notificationStatus'] or '-':<7} -> {e['status']}"
-                    )
-                    if e["vnfLcmOpOccId"] == occ_id and e["operationState"] in (
-                        "COMPLETED",
-                        "FAILED_TEMP",
-                        "ROLLED_BACK",
-                    ):
-                        final = e["operationState"]
-            if final:
-                break
-            time.sleep(0.3)
-        print(f"\nINSTANTIATE {final or 'did not finish in 120 s'}\n")
-
-        if final == "COMPLETED":
-            c = sim.config
-            conn = connection.Connection(
-                auth_url=sim.auth_url,
-                username=c.username,
-                password=c.password,
-                project_name=c.project_name,
-                user_domain_name=c.domain,
-                project_domain_name=c.domain,
-                region_name=c.region,
+        if occ["operationState"] != "COMPLETED":
+            raise DemoError(
+                f"Tacker's INSTANTIATE ended {occ['operationState']}: {occ.get('error')}"
             )
-            stack.callback(conn.close)
-            cps = {"masterNode": "masterNode_CP1", "workerNode": "workerNode_CP2"}
-            print("VNFCs (address from Heat via openstacksdk, host from Nova):")
-            for v in tacker.show(inst_id)["instantiatedVnfInfo"]["vnfcResourceInfo"]:
-                res = conn.orchestration.get(
-                    f"/stacks/{v['metadata']['stack_id']}/resources/{cps[v['vduId']]}"
-                ).json()["resource"]
-                server = conn.compute.get_server(v["computeResource"]["resourceId"])
-                print(
-                    f"  {v['vduId']:<11} {v['id']}  "
-                    f"{res['attributes']['fixed_ips'][0]['ip_address']:<12} "
-                    f"{server.compute_host}"
-                )
+        serve.handled(occ["id"])
+        entry = k8s_entry(recorder, inst, since)
+    say("\n  vimConnectionInfo entry Tacker now holds (written back by serve):")
+    show_entry(entry)
+    say("\n  the cluster's nodes, through that entry alone:")
+    nodes_through(entry, tmp, args.kubernetes)
 
-        if args.keep:
-            print("\nrunning; Ctrl-C stops everything")
-            with contextlib.suppress(KeyboardInterrupt):
-                while True:
-                    time.sleep(3600)
-        print("\nstopping ...")
-    return 0 if final == "COMPLETED" else 1
+    if args.scale:
+        with phase("SCALE_OUT by one worker"):
+            occ = tacker.run_op(
+                inst, "scale", {"type": "SCALE_OUT", "aspectId": "workerNode_scale"}
+            )
+            if occ["operationState"] != "COMPLETED":
+                raise DemoError(f"Tacker's SCALE_OUT ended {occ['operationState']}")
+            serve.handled(occ["id"])
+        nodes_through(entry, tmp, args.kubernetes)
+
+    if args.keep:
+        say("\nrunning; Ctrl-C goes on to TERMINATE and stops everything")
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+    with phase("TERMINATE"):
+        occ = tacker.run_op(inst, "terminate", {"terminationType": "FORCEFUL"})
+        serve.handled(occ["id"])
+        left = tacker.show(inst).get("vimConnectionInfo")
+        say(f"  Tacker's vimConnectionInfo now: {left or '{}'}; serve forgot the cluster")
+        tacker.delete(inst)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--flavour", choices=("simple", "complex"), default="simple")
+    p.add_argument("--kubernetes", choices=("real", "standin"), default="real")
+    p.add_argument("--scale", action="store_true", help="also SCALE_OUT by one worker")
+    p.add_argument("--show-config", action="store_true", help="print serve's TOML file")
+    p.add_argument("--keep", action="store_true", help="wait for Ctrl-C before TERMINATE")
+    p.add_argument("--tacker-url", help="use this running Tacker (no bed of its own) ...")
+    p.add_argument("--vnfd-id", help="... where the sample package is onboarded as this vnfdId")
+    args = p.parse_args()
+    if bool(args.tacker_url) != bool(args.vnfd_id):
+        p.error("--tacker-url and --vnfd-id go together")
+    t0 = time.monotonic()
+    try:
+        with contextlib.ExitStack() as stack:
+            run(args, stack)
+            say("\nstopping ...")
+    except DemoError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    say(f"demo done in {elapsed(t0)}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,46 @@
+"""``scripts/demo.py`` does what the README's Demo section promises: with the run's Tacker
+(the shared bed), real-mode test hosts of its own and ``serve`` as a subprocess, it
+INSTANTIATEs, shows each step live, shows the written-back entry with its token masked,
+lists the nodes Ready through that entry alone, SCALEs OUT by one worker and TERMINATEs.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.testbed import tacker_bed as tb
+
+pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
+
+DEMO = Path(__file__).parents[2] / "scripts" / "demo.py"
+
+
+def test_demo_builds_a_cluster_reachable_through_the_written_back_entry(
+    bed: tb.BedState,
+) -> None:
+    assert bed.vnfd_id
+    out = subprocess.run(
+        [sys.executable, str(DEMO), "--scale", "--tacker-url", bed.url, "--vnfd-id", bed.vnfd_id],
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    text = out.stdout
+    assert out.returncode == 0, text[-3000:] + out.stderr[-3000:]
+    # The cluster job, live, step by step.
+    for step in ("discover", "init-master-master", "join-workers", "write-back"):
+        assert re.search(rf"cluster-instantiate\s+{step}\S*\s+done", text), step
+    assert re.search(r"cluster-scale\s+join-workers\s+done .* worker\d+", text)
+    # The entry Tacker holds, token masked ...
+    assert "vimType      ETSINFV.KUBERNETES.V_1" in text
+    assert re.search(r"bearer_token eyJ\w{3}\.\.\.\(\d+ chars\)", text)
+    assert not re.search(r"eyJ[\w-]{20,}", text + out.stderr)  # no token anywhere
+    # ... and the nodes through it: three, then four after SCALE_OUT, all Ready.
+    tables = re.findall(r"NAME\s+STATUS.*?\n((?:\s+\S+\s+Ready.*\n)+)", text)
+    assert [len(t.strip().splitlines()) for t in tables] == [3, 4], tables
+    assert "Tacker's vimConnectionInfo now: {}; serve forgot the cluster" in text
