@@ -35,6 +35,7 @@ class ScaleCluster(ClusterHandler):
             steps.retire_nodes(job),
             steps.upload_scripts(job),
             steps.configure_hosts(job),
+            steps.configure_proxy(job),
             steps.join_workers(job),
             steps.label_workers(job),
             steps.reconcile_membership(job),

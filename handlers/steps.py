@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from handlers.job import DISCOVER, ClusterJob
-from handlers.toolkit import etcd, haproxy, hosts, kubeadm, kubectl
+from handlers.toolkit import etcd, haproxy, helm, hosts, kubeadm, kubectl, proxy
 from handlers.toolkit.params import params_summary
 from handlers.toolkit.topology import Topology, discover
 from subscriber.errors import PermanentStepError, SkipStep, TransientStepError
@@ -25,8 +25,10 @@ __all__ = [
     "admin_token",
     "cluster_access",
     "configure_hosts",
+    "configure_proxy",
     "discover_nodes",
     "init_main_master",
+    "install_helm",
     "join_masters",
     "join_workers",
     "label_workers",
@@ -88,6 +90,89 @@ def configure_hosts(job: ClusterJob) -> Step:
         return {"hosts": {n.name: n.nic_ip for n in topo.nodes}, "forgotten": forget}
 
     return Step("configure-hosts", run, idempotent=True, timeout=120.0)
+
+
+def _touched(ctx: JobContext, topo: Topology) -> list[ClusterNode]:
+    """The nodes this operation builds: all of them on INSTANTIATE (``discover`` has no
+    ``changes``), the added and rebuilt ones on SCALE and HEAL."""
+    found = ctx.results.get(DISCOVER) or {}
+    if "changes" not in found:
+        return list(topo.nodes)
+    changes = _changes(ctx)
+    names = set(changes.get("added", ())) | set(changes.get("replaced", ()))
+    return [n for n in topo.nodes if n.name in names]
+
+
+def configure_proxy(job: ClusterJob) -> Step:
+    """The parameters' ``proxy`` for apt and containerd on the nodes this operation
+    builds (kubeadm gets it in the install script's environment). Convergent: files
+    are replaced only when they differ. No URL goes into the result."""
+
+    async def run(ctx: JobContext) -> dict[str, Any]:
+        params = await job.params(ctx)
+        if params.proxy is None or not params.proxy.urls:
+            raise SkipStep("no proxy in the parameters", {"nodes": {}})
+        topo, shell = job.topology(ctx), await job.shell(ctx)
+        targets = _touched(ctx, topo)
+        if not targets:
+            raise SkipStep("no new or rebuilt node", {"nodes": {}})
+        done = await asyncio.gather(
+            *(proxy.apply_proxy(shell, topo, n, step="configure-proxy") for n in targets)
+        )
+        return {
+            "nodes": {r.node: r.as_json() for r in done},
+            "noProxyEntries": len(proxy.no_proxy(params, topo).split(",")),
+        }
+
+    return Step("configure-proxy", run, idempotent=True, timeout=120.0)
+
+
+def install_helm(job: ClusterJob) -> Step:
+    """The user's ``helm_installation_script_path``, read from the VNF package in Tacker,
+    run on every master that has not run this very script (its marker on the node).
+
+    Not idempotent: a user's script cut off midway is not run again blindly (the
+    job fails and says so); masters that finished are skipped on any later run.
+    """
+
+    async def run(ctx: JobContext) -> dict[str, Any]:
+        params = await job.params(ctx)
+        path = params.helm_installation_script_path
+        if not path:
+            raise SkipStep("no helm_installation_script_path in the parameters", {"ran": []})
+        topo, shell = job.topology(ctx), await job.shell(ctx)
+        tacker = ctx.services.need_tacker()
+        vnfd_id = (await tacker.get_vnf_instance(ctx.vnf_instance_id)).get("vnfdId")
+        if not vnfd_id:
+            raise PermanentStepError(
+                f"VNF instance {ctx.vnf_instance_id} names no vnfdId: no package to read "
+                f"{path} from",
+                step="install-helm",
+            )
+        package = await tacker.vnf_package_content(str(vnfd_id))
+        script = helm.read_package_file(package, path, step="install-helm")
+        digest = helm.script_digest(script)
+        done = await asyncio.gather(*(helm.installed(shell, m, digest) for m in topo.masters))
+        before = [m.name for m, ok in zip(topo.masters, done, strict=True) if ok]
+        todo = [m for m, ok in zip(topo.masters, done, strict=True) if not ok]
+        if not todo:
+            raise SkipStep(
+                "the Helm script already ran on every master",
+                {"ran": [], "already": before, "path": path, "sha256": digest},
+            )
+        outcomes = await asyncio.gather(
+            *(
+                helm.run_helm_script(shell, topo, m, script, path=path, step="install-helm")
+                for m in todo
+            ),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return {"ran": [m.name for m in todo], "already": before, "path": path, "sha256": digest}
+
+    return Step("install-helm", run, idempotent=False, timeout=job.settings.helm_timeout + 120.0)
 
 
 def init_main_master(job: ClusterJob) -> StepsFor:

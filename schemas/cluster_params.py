@@ -9,7 +9,9 @@ reference/TACKER.md §1.2), plus our own optional SSH fields:
   ``helm_installation_script_path``, ``private_registry_connection_info``,
   ``storage_server``, ``pv_registration_params``.
 * v2: both node groups require ``vdu_id`` and ``nic_cp_name``; ``pod_cidr``
-  defaults to 10.0.0.0/8.
+  defaults to 10.0.0.0/8. Tacker's v2 driver has none of the extras; we apply
+  ``proxy`` and ``helm_installation_script_path`` with either API and refuse
+  the others with v2.
 * ours, per node group: ``ssh_private_key_path`` (a key file on the
   subscriber's host; then ``password`` may be left out), ``known_hosts``
   (OpenSSH known_hosts lines pinning the VMs' host keys), ``ssh_port``.
@@ -134,11 +136,33 @@ class WorkerNodeParams(NodeParams):
     pass
 
 
+def _proxy_url(value: str) -> str:
+    # Written into apt.conf and a systemd unit, both quoted: no quote, space or
+    # control character may break out (the value is never echoed: it may hold a password).
+    if not re.fullmatch(r"(http|https|socks5h?)://[^\s\"'\\]+", value):
+        raise ValueError("not a proxy URL (http://[user:password@]host:port, no spaces or quotes)")
+    return value
+
+
+def _no_proxy(value: str) -> str:
+    if not re.fullmatch(r"[^\"'\\\x00-\x1f]*", value):
+        raise ValueError("a comma-separated list of hosts, addresses and CIDRs (no quotes)")
+    return value
+
+
+ProxyUrl = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(_proxy_url)]
+
+
 class ProxyParams(_Params):
-    http_proxy: str | None = Field(default=None, repr=False)  # may carry user:password@
-    https_proxy: str | None = Field(default=None, repr=False)
-    no_proxy: str | None = None
+    http_proxy: ProxyUrl | None = Field(default=None, repr=False)  # may carry user:password@
+    https_proxy: ProxyUrl | None = Field(default=None, repr=False)
+    no_proxy: Annotated[str, AfterValidator(_no_proxy)] | None = None
     k8s_node_cidr: Cidr | None = None
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The proxy URLs given (they may carry a password: secrets)."""
+        return tuple(u for u in (self.http_proxy, self.https_proxy) if u)
 
 
 class PrivateRegistryParams(_Params):
@@ -197,11 +221,8 @@ class K8sClusterInstallationParams(_Params):
         if self._api == "v2":
             extras = [
                 name
-                for name in (
-                    "proxy",
-                    "helm_installation_script_path",
-                    "storage_server",
-                )
+                # proxy and helm_installation_script_path we apply with either API.
+                for name in ("storage_server",)
                 if getattr(self, name) is not None
             ]
             extras += [

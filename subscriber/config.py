@@ -204,6 +204,8 @@ class ClusterSettings(_Section):
     drain_timeout: float = Field(default=300.0, gt=0)
     # Seconds to wait for the service-account token controller to fill the Secret.
     token_wait_timeout: float = Field(default=60.0, gt=0)
+    # The user's helm_installation_script_path on one master (Tacker's HELM_INSTALL_TIMEOUT).
+    helm_timeout: float = Field(default=300.0, gt=0)
 
     @field_validator("script_env")
     @classmethod

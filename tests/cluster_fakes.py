@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from subscriber.errors import OpenStackNotFound
+from subscriber.errors import OpenStackNotFound, TackerRejected
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
 from subscriber.kernel.ports import KubernetesAccess, PortAddresses, ServerPlacement
 
@@ -41,6 +41,7 @@ class FakeTacker:
     vims: dict[str, str] = field(default_factory=dict)
     deleted_vims: list[str] = field(default_factory=list)
     gets: int = 0
+    packages: dict[str, bytes] = field(default_factory=dict)  # vnfdId -> package zip
 
     async def get_vnf_instance(self, vnf_instance_id: str) -> dict[str, Any]:
         self.gets += 1
@@ -83,6 +84,12 @@ class FakeTacker:
         if not self.register_vims:
             return None
         return self.vims.setdefault(name, uid())
+
+    async def vnf_package_content(self, vnfd_id: str) -> bytes:
+        self.gets += 1
+        if vnfd_id not in self.packages:
+            raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
+        return self.packages[vnfd_id]
 
     async def delete_vim(self, name: str) -> bool:
         if name not in self.vims:

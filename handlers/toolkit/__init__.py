@@ -18,6 +18,8 @@ module                     operations
                            bearer token, CA certificate
 :mod:`.etcd`               etcd member list / remove
 :mod:`.haproxy`            haproxy backend add / remove
+:mod:`.proxy`              the cluster's proxy for apt, containerd, kubeadm
+:mod:`.helm`               the user's Helm script from the VNF package, on masters
 =========================  ===================================================
 """
 

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from handlers.toolkit.hosts import REMOTE_SCRIPT
 from handlers.toolkit.kubectl import is_member
+from handlers.toolkit.proxy import environment, proxy_secrets
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
 from schemas.cluster_params import InstallReport, parse_install_output
@@ -62,8 +63,11 @@ def install_command(*args: str) -> str:
 
 
 def script_env(shell: NodeShell, topo: Topology, node: ClusterNode) -> dict[str, str]:
-    """The environment of the install script on ``node`` (``cluster.script_env`` and more)."""
+    """The environment of the install script on ``node``: ``cluster.script_env``, the
+    node name, ``ha_flag`` and the cluster's proxy (kubeadm's environment; secret:
+    pass :func:`~handlers.toolkit.proxy.proxy_secrets` with it)."""
     env = dict(shell.settings.script_env)
+    env.update(environment(shell.params, topo))
     env["K8S_NODE_NAME"] = node.name
     env["ha_flag"] = "True" if topo.ha else "False"
     return env
@@ -191,6 +195,7 @@ async def init_main_master(
         install_command(*_cluster_args(shell, topo, main)),
         timeout=shell.settings.install_timeout,
         env=script_env(shell, topo, main),
+        secrets=proxy_secrets(shell.params),
     )
     result.check(step=step)
     try:
@@ -230,7 +235,7 @@ async def join_control_plane(
             "LCCN_JOIN_TOKEN": token,
             "LCCN_CERTIFICATE_KEY": key,
         },
-        secrets=[token, key],
+        secrets=[token, key, *proxy_secrets(shell.params)],
     )
     result.check(step=step)
 
@@ -262,7 +267,7 @@ async def join_worker(
         install_command("-w", node.nic_ip, "-i", join_ip, "-s", data.ca_hash),
         timeout=shell.settings.install_timeout,
         env={**script_env(shell, topo, node), "LCCN_JOIN_TOKEN": token},
-        secrets=[token],
+        secrets=[token, *proxy_secrets(shell.params)],
     )
     if not result.ok and await is_member(shell, via, node.name):
         raise TransientStepError(

@@ -88,6 +88,13 @@ class TackerApi(Protocol):
         """Delete the VIM registered under ``name``; False if there was none."""
         ...
 
+    async def vnf_package_content(self, vnfd_id: str) -> bytes:
+        """The zip of the onboarded VNF package whose VNFD is ``vnfd_id``.
+
+        Raises a permanent error when no onboarded package has that VNFD.
+        """
+        ...
+
 
 # ---------------------------------------------------------------- OpenStack
 

@@ -152,6 +152,7 @@ class TackerClient(Component):
         expected: tuple[int, ...] = (200,),
         api: ApiVersion | None = "v2",
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> Response:
         """One call to Tacker, retried on 409/5xx/connection errors, errors translated.
 
@@ -159,6 +160,7 @@ class TackerClient(Component):
             path: below the endpoint, e.g. ``/vnflcm/v2/vnf_instances``.
             expected: the statuses that count as success.
             api: sets the ``Version`` header (``None``: none, for ``/v1.0``).
+            accept: the ``Accept`` header (``application/zip`` for package content).
 
         Returns:
             the response, with its body read.
@@ -177,7 +179,7 @@ class TackerClient(Component):
             attempt += 1
             try:
                 with translate_errors(what):
-                    headers = {"Accept": "application/json", **await self._auth.headers()}
+                    headers = {"Accept": accept, **await self._auth.headers()}
                     if api is not None:
                         headers["Version"] = API_VERSIONS[api]
                     if data is not None:
@@ -437,6 +439,41 @@ class TackerClient(Component):
         return found
 
     # -- subscriptions -----------------------------------------------------------
+
+    # -- VNF packages (v1 VNF package management: Tacker 16 has no v2 of it) -------
+
+    async def vnf_package_content(self, vnfd_id: str) -> bytes:
+        """The zip of the ONBOARDED package whose ``vnfdId`` is ``vnfd_id``.
+
+        ``GET /vnfpkgm/v1/vnf_packages?filter=(eq,vnfdId,...)`` finds the
+        package, ``GET /vnfpkgm/v1/vnf_packages/{id}/package_content`` fetches it
+        (whole, in memory: a package with large images costs that much).
+
+        Raises:
+            TackerRejected: no onboarded package has that VNFD (permanent).
+            TackerUnavailable: Tacker could not be asked (transient).
+        """
+        found = await self._get_json(
+            "/vnfpkgm/v1/vnf_packages",
+            api=None,
+            params={"filter": f"(eq,vnfdId,{vnfd_id})"},
+        )
+        packages = [
+            p
+            for p in found or ()
+            if isinstance(p, dict)
+            and p.get("id")
+            and p.get("onboardingState", "ONBOARDED") == "ONBOARDED"
+        ]
+        if not packages:
+            raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
+        resp = await self.request(
+            "GET",
+            f"/vnfpkgm/v1/vnf_packages/{packages[0]['id']}/package_content",
+            api=None,
+            accept="application/zip",
+        )
+        return resp.body
 
     async def create_subscription(
         self, body: dict[str, Any], *, api: ApiVersion | None = None

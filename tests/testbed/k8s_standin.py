@@ -87,6 +87,10 @@ def record(tool: str, argv: list[str], code: int) -> None:
         "argv": argv,
         "rc": code,
     }
+    if os.environ.get("http_proxy") or os.environ.get("https_proxy"):
+        # the environment the install script gave kubeadm (not the URLs: they hold passwords)
+        entry["proxy"] = True
+        entry["no_proxy"] = os.environ.get("no_proxy", "")
     if EFFECTIVE:
         entry["config"] = opt(argv, "--config")
         entry["argv"] = [argv[0], *EFFECTIVE[-1]]

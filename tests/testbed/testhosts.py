@@ -3,7 +3,8 @@
 
 Every host gets its own address, hostname and private ``/etc/kubernetes``,
 ``/root``, ``/var/lib/kubelet``, ``/var/lib/etcd``, ``/tmp``, ``/etc/hosts``,
-``/etc/haproxy`` and ``/etc/keepalived`` (bind mounts inside
+``/etc/haproxy``, ``/etc/keepalived``, ``/etc/apt/apt.conf.d``,
+``/etc/systemd/system`` and ``/var/lib/lccn-subscriber`` (bind mounts inside
 ``unshare --uts --mount --propagation private``), so a script that writes
 ``/tmp/installed`` or ``/etc/kubernetes/admin.conf`` on one host does not see
 another host's files. ``/usr/local/bin`` is replaced by one of two tool sets:
@@ -108,6 +109,10 @@ PRIVATE_DIRS = (
     "/tmp",
     "/etc/haproxy",
     "/etc/keepalived",
+    # the proxy files (apt, containerd's drop-in) and the Helm script's marker
+    "/etc/apt/apt.conf.d",
+    "/etc/systemd/system",
+    "/var/lib/lccn-subscriber",
 )
 # Also private in the real mode: kubeadm reset empties them.
 REAL_PRIVATE_DIRS = ("/var/lib/cni", "/var/lib/dockershim", "/var/run/kubernetes", "/etc/cni/net.d")

@@ -15,7 +15,7 @@
 #
 # Environment:
 #   ha_flag            True/False: whether workers join the HA endpoint (VIP:16443)
-#   http_proxy, https_proxy, no_proxy   passed to apt and containerd
+#   http_proxy, https_proxy, no_proxy   passed to apt, containerd and kubeadm
 #   K8S_VERSION        kubeadm/kubelet/kubectl version (default 1.26.8)
 #   K8S_CNI            cilium (default) | calico | none
 #   CILIUM_CLI_VERSION the cilium CLI release installed (pinned; default v0.15.19)
@@ -220,11 +220,14 @@ install_packages() {
 
     containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' |
         $SUDO tee /etc/containerd/config.toml >/dev/null
-    if [ -n "${http_proxy:-}${https_proxy:-}" ]; then
-        $SUDO mkdir -p /etc/systemd/system/containerd.service.d
+    # lccn-subscriber writes this drop-in itself before (configure-proxy, mode 600 when
+    # the URLs carry a password); run alone, the script writes it from the environment.
+    local dropin=/etc/systemd/system/containerd.service.d/http-proxy.conf
+    if [ -n "${http_proxy:-}${https_proxy:-}" ] && ! $SUDO test -e "$dropin"; then
+        $SUDO mkdir -p "$(dirname "$dropin")"
         printf '[Service]\nEnvironment="HTTP_PROXY=%s" "HTTPS_PROXY=%s" "NO_PROXY=%s"\n' \
             "${http_proxy:-}" "${https_proxy:-}" "${no_proxy:-}" |
-            $SUDO tee /etc/systemd/system/containerd.service.d/proxy.conf >/dev/null
+            $SUDO install -m 600 /dev/stdin "$dropin"
     fi
     $SUDO systemctl daemon-reload
     $SUDO systemctl restart containerd

@@ -1,0 +1,415 @@
+"""The proxy and Helm extras: their files, commands, guards, and that no proxy URL or
+password reaches a command line, a step result or a message (in-memory SSH and Tacker)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import zipfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from handlers.heal import HealCluster
+from handlers.instantiate import InstantiateCluster
+from handlers.job import ClusterJob
+from handlers.scale import ScaleCluster
+from handlers.steps import configure_proxy, install_helm
+from handlers.toolkit import helm, kubeadm, proxy
+from handlers.toolkit.shell import NodeShell
+from handlers.toolkit.topology import Topology, discover
+from schemas.cluster_params import parse_cluster_params
+from subscriber.config import ClusterSettings, TackerSettings
+from subscriber.errors import ClusterParamsError, PermanentStepError, SkipStep, TackerRejected
+from subscriber.kernel import JobContext, Services, Step
+from subscriber.kernel.ports import CommandResult, SshTarget
+from subscriber.tacker import TackerClient
+from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params
+from tests.unit.test_cluster_handlers import ctx_for
+
+PASSWORD = "S3cr%40t-pw"  # percent-encoded '@' inside: systemd must not expand it
+HTTP = f"http://proxyuser:{PASSWORD}@proxy.example:3128"
+HTTPS = "https://proxy.example:3129"
+HELM_PATH = "Scripts/install_helm.sh"
+HELM_SCRIPT = b"#!/bin/bash\nset -e\necho helm installed\n"
+
+
+def proxy_params(*, ha: bool = False, **extra: Any) -> dict[str, Any]:
+    data = k8s_params(ha=ha)
+    data["k8s_cluster_installation_param"]["proxy"] = {
+        "http_proxy": HTTP,
+        "https_proxy": HTTPS,
+        "no_proxy": "192.168.246.0/24, 10.0.0.1",
+        "k8s_node_cidr": "10.9.0.0/29",
+    }
+    data["k8s_cluster_installation_param"].update(extra)
+    return data
+
+
+@dataclass
+class RecordingSsh:
+    """An SshExecutor that records everything and answers from a small script."""
+
+    answers: dict[str, CommandResult] = field(default_factory=dict)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    fail_helm: bool = False
+
+    async def run(
+        self,
+        target: SshTarget,
+        command: str,
+        *,
+        command_timeout: float | None = None,
+        sudo: bool = False,
+        input: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> CommandResult:
+        self.calls.append(
+            {
+                "host": target.host,
+                "command": command,
+                "input": input,
+                "env": dict(env or {}),
+                "secrets": tuple(secrets),
+            }
+        )
+        out, status, err = "", 0, ""
+        if command.startswith("bash -c") and "cmp -s" in command:
+            path = command.split()[-2]
+            key = (target.host, path)
+            text = input.encode() if isinstance(input, str) else (input or b"")
+            out = "unchanged" if self.files.get(key) == text else "changed"
+            self.files[key] = text
+        elif "systemctl try-restart" in command:
+            out = "no systemd: containerd not restarted"
+        elif command == f"cat {helm.MARKER}":
+            marker = self.files.get((target.host, helm.MARKER))
+            status, out = (0, marker.decode()) if marker else (1, "")
+        elif command.startswith("bash /tmp/install_helm.sh"):
+            if self.fail_helm:
+                status, err = 3, f"curl: (56) proxy {HTTP} refused: helm download failed"
+            else:
+                out = "helm installed"
+        elif "helm-installed" in command and command.startswith("sh -c"):
+            self.files[(target.host, helm.MARKER)] = command.split()[-1].encode()
+        return CommandResult(
+            host=target.host,
+            command=command,
+            exit_status=status,
+            stdout=out,
+            stderr=err,
+            duration=0.0,
+            secrets=tuple(secrets),
+        )
+
+    async def upload(
+        self,
+        target: SshTarget,
+        source: bytes | str | Path,
+        remote_path: str,
+        *,
+        mode: int = 0o644,
+        upload_timeout: float | None = None,
+    ) -> None:
+        data = source if isinstance(source, bytes) else Path(source).read_bytes()
+        self.files[(target.host, remote_path)] = data
+        self.calls.append({"host": target.host, "command": f"upload {remote_path}"})
+
+
+async def topology(data: dict[str, Any]) -> tuple[Topology, Any]:
+    tacker, openstack, inst, _ = cluster_vnf(
+        ["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data, instance_id=None
+    )
+    params = parse_cluster_params(data)
+    return await discover(tacker.instances[inst], params, openstack), params
+
+
+def assert_no_secret(*things: Any) -> None:
+    text = json.dumps(things, default=str)
+    assert PASSWORD not in text and "S3cr@t-pw" not in text and HTTP not in text
+
+
+# ----------------------------------------------------------------- parameters
+
+
+def test_proxy_urls_are_checked_without_echoing_them() -> None:
+    data = proxy_params()
+    data["k8s_cluster_installation_param"]["proxy"]["http_proxy"] = 'http://u:p"w@x:1'
+    with pytest.raises(ClusterParamsError) as info:
+        parse_cluster_params(data)
+    assert "proxy.http_proxy" in str(info.value) and 'p"w' not in str(info.value)
+    bad = copy.deepcopy(proxy_params())
+    bad["k8s_cluster_installation_param"]["proxy"]["no_proxy"] = "a,b\nc"
+    with pytest.raises(ClusterParamsError, match=r"proxy\.no_proxy"):
+        parse_cluster_params(bad)
+
+
+def test_proxy_and_helm_are_accepted_with_v2() -> None:
+    params = parse_cluster_params(proxy_params(helm_installation_script_path=HELM_PATH))
+    assert params.api_version == "v2" and params.proxy is not None
+    assert params.helm_installation_script_path == HELM_PATH
+    assert HTTP not in repr(params)
+
+
+# ----------------------------------------------------------------- proxy toolkit
+
+
+async def test_proxy_no_proxy_lists_the_cluster_addresses_once() -> None:
+    topo, params = await topology(proxy_params())
+    entries = proxy.no_proxy(params, topo).split(",")
+    assert len(entries) == len(set(entries))
+    assert entries[:4] == ["localhost", "127.0.0.1", "192.168.246.0/24", "10.0.0.1"]
+    # k8s_node_cidr: the CIDR and each of its hosts (a /29: 6 hosts)
+    assert "10.9.0.0/29" in entries and "10.9.0.1" in entries and "10.9.0.6" in entries
+    for node in topo.nodes:
+        assert node.nic_ip in entries
+    assert topo.cluster_ip in entries
+    assert params.pod_cidr in entries and params.service_cidr in entries
+    assert ".svc" in entries
+
+
+async def test_proxy_files_quote_for_apt_and_systemd() -> None:
+    topo, params = await topology(proxy_params())
+    assert params.proxy is not None
+    apt = proxy.apt_conf(params.proxy)
+    assert f'Acquire::http::Proxy "{HTTP}";' in apt
+    assert f'Acquire::https::Proxy "{HTTPS}";' in apt
+    dropin = proxy.containerd_dropin(params, topo)
+    assert dropin.splitlines()[1] == "[Service]"
+    # systemd expands %-specifiers: a percent-encoded password is written as %%.
+    assert f'Environment="HTTP_PROXY={HTTP.replace("%", "%%")}"' in dropin
+    assert f'Environment="NO_PROXY={proxy.no_proxy(params, topo)}"' in dropin
+
+
+async def test_proxy_apply_sends_urls_on_stdin_only_and_reruns_change_nothing() -> None:
+    topo, params = await topology(proxy_params())
+    ssh = RecordingSsh()
+    shell = NodeShell(ssh, ClusterSettings(), params)
+    node = topo.workers[0]
+    first = await proxy.apply_proxy(shell, topo, node, step="configure-proxy")
+    assert first.changed == (proxy.APT_CONF, proxy.CONTAINERD_DROPIN)
+    assert not first.containerd_restarted and first.notes  # no systemd on the fake
+    writes = [c for c in ssh.calls if "cmp -s" in c["command"]]
+    assert len(writes) == 2
+    for call in ssh.calls:
+        assert PASSWORD not in call["command"] and "proxy.example" not in call["command"]
+    apt, dropin = (c["input"] for c in writes)
+    assert HTTP in apt and HTTP.replace("%", "%%") in dropin
+    assert all(PASSWORD in c["secrets"] and HTTP in c["secrets"] for c in writes)
+    assert all(c["command"].split()[-1] == "600" for c in writes)  # credentials: mode 600
+    assert_no_secret(first.as_json())
+
+    again = await proxy.apply_proxy(shell, topo, node, step="configure-proxy")
+    assert again.changed == () and not again.containerd_restarted
+    restarts = [c for c in ssh.calls if "try-restart" in c["command"]]
+    assert len(restarts) == 1  # only after the first write
+
+
+async def test_proxy_reaches_the_install_script_environment_masked() -> None:
+    topo, params = await topology(proxy_params())
+    shell = NodeShell(RecordingSsh(), ClusterSettings(), params)
+    env = kubeadm.script_env(shell, topo, topo.workers[0])
+    assert env["http_proxy"] == env["HTTP_PROXY"] == HTTP
+    assert env["https_proxy"] == HTTPS
+    assert env["no_proxy"] == proxy.no_proxy(params, topo)
+    secrets = proxy.proxy_secrets(params)
+    assert HTTP in secrets and PASSWORD in secrets and "S3cr@t-pw" in secrets
+    # no proxy: nothing added
+    plain = NodeShell(RecordingSsh(), ClusterSettings(), parse_cluster_params(k8s_params()))
+    assert "http_proxy" not in kubeadm.script_env(plain, topo, topo.workers[0])
+
+
+# ----------------------------------------------------------------- steps and plans
+
+
+def services_with(tacker: FakeTacker, openstack: FakeOpenStack, ssh: RecordingSsh) -> Services:
+    return Services(tacker=tacker, openstack=openstack, ssh=ssh)
+
+
+async def test_proxy_step_touches_every_node_on_instantiate_only_new_ones_later() -> None:
+    data = proxy_params()
+    tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data)
+    ssh = RecordingSsh()
+    ctx = ctx_for(inst, occ, services_with(tacker, openstack, ssh))
+    topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
+    ctx.results["discover"] = topo.as_json()
+    step = configure_proxy(ClusterJob(ClusterSettings(), ctx.notification))
+    result = await step.run(ctx)
+    assert sorted(result["nodes"]) == sorted(n.name for n in topo.nodes)
+    assert_no_secret(result)
+
+    # SCALE/HEAL: only the added and rebuilt nodes
+    ctx.results["discover"] = {
+        **topo.as_json(),
+        "changes": {"added": ["worker4"], "replaced": [], "departed": []},
+    }
+    result = await step.run(ctx)
+    assert list(result["nodes"]) == ["worker4"]
+    assert result["nodes"]["worker4"]["changed"] == []  # written before: nothing new
+    ctx.results["discover"]["changes"] = {"added": [], "replaced": [], "departed": []}
+    with pytest.raises(SkipStep, match="no new or rebuilt node"):
+        await step.run(ctx)
+
+
+async def test_proxy_step_skips_without_a_proxy() -> None:
+    tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], [])
+    ctx = ctx_for(inst, occ, services_with(tacker, openstack, RecordingSsh()))
+    job = ClusterJob(ClusterSettings(), ctx.notification)
+    with pytest.raises(SkipStep, match="no proxy"):
+        await configure_proxy(job).run(ctx)
+
+
+def test_proxy_and_helm_steps_in_the_plans() -> None:
+    _, _, inst, occ = cluster_vnf(["10.9.0.2"], [])
+    n = ctx_for(inst, occ, Services()).notification
+    outline = InstantiateCluster().plan(n).outline()
+    assert outline.index("configure-proxy") == outline.index("configure-hosts") + 1
+    assert outline.index("install-helm") == outline.index("label-workers") + 1
+    assert "configure-proxy" in ScaleCluster().plan(n).outline()
+    assert "install-helm" not in ScaleCluster().plan(n).outline()  # workers only
+    heal = HealCluster().plan(n).outline()
+    assert "configure-proxy" in heal and "install-helm" in heal
+    helm_step = next(
+        s
+        for s in InstantiateCluster().plan(n).items
+        if isinstance(s, Step) and s.name == "install-helm"
+    )
+    assert not helm_step.idempotent  # a user's script: guarded by its marker, never rerun blind
+
+
+# ----------------------------------------------------------------- helm
+
+
+def package(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_helm_script_is_read_from_the_package_zip() -> None:
+    pkg = package({"TOSCA-Metadata/TOSCA.meta": b"x", HELM_PATH: HELM_SCRIPT})
+    assert helm.read_package_file(pkg, HELM_PATH) == HELM_SCRIPT
+    assert helm.read_package_file(pkg, "./" + HELM_PATH) == HELM_SCRIPT
+    with pytest.raises(PermanentStepError, match="is not in the VNF package"):
+        helm.read_package_file(pkg, "Scripts/missing.sh")
+    with pytest.raises(PermanentStepError, match="not a path inside"):
+        helm.read_package_file(pkg, "../etc/passwd")
+    with pytest.raises(PermanentStepError, match="not a zip"):
+        helm.read_package_file(b"not a zip", HELM_PATH)
+
+
+async def helm_ctx(ssh: RecordingSsh, *, masters: int = 1) -> tuple[JobContext, Step, FakeTacker]:
+    data = proxy_params(ha=masters > 1, helm_installation_script_path=HELM_PATH)
+    ips = [f"10.9.0.{2 + i}" for i in range(masters)]
+    tacker, openstack, inst, occ = cluster_vnf(
+        ips, ["10.9.0.9"], params=data, vip="10.9.0.100" if masters > 1 else None
+    )
+    tacker.instances[inst]["vnfdId"] = "vnfd-1"
+    tacker.packages["vnfd-1"] = package({HELM_PATH: HELM_SCRIPT})
+    ctx = ctx_for(inst, occ, services_with(tacker, openstack, ssh))
+    topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
+    ctx.results["discover"] = topo.as_json()
+    job = ClusterJob(ClusterSettings(), ctx.notification)
+    return ctx, install_helm(job), tacker
+
+
+async def test_helm_runs_once_per_master_with_proxy_env_and_marker() -> None:
+    ssh = RecordingSsh()
+    ctx, step, _ = await helm_ctx(ssh, masters=3)
+    result = await step.run(ctx)
+    assert sorted(result["ran"]) == ["master2", "master3", "master4"]
+    assert result["sha256"] == helm.script_digest(HELM_SCRIPT)
+    runs = [c for c in ssh.calls if c["command"].startswith("bash /tmp/install_helm.sh")]
+    assert len(runs) == 3
+    assert all(c["env"]["KUBECONFIG"] == "/etc/kubernetes/admin.conf" for c in runs)
+    assert all(c["env"]["http_proxy"] == HTTP and PASSWORD in c["secrets"] for c in runs)
+    assert all(ssh.files[(h, helm.REMOTE_HELM_SCRIPT)] == HELM_SCRIPT for h in ("10.9.0.2",))
+    assert_no_secret(result, [c["command"] for c in ssh.calls])
+
+    # Again: every master's marker names this script.
+    with pytest.raises(SkipStep, match="already ran on every master"):
+        await step.run(ctx)
+    assert len([c for c in ssh.calls if c["command"].startswith("bash /tmp/install_helm")]) == 3
+
+
+async def test_helm_failure_fails_the_step_clearly_and_masked() -> None:
+    ssh = RecordingSsh(fail_helm=True)
+    ctx, step, _ = await helm_ctx(ssh)
+    with pytest.raises(PermanentStepError) as info:
+        await step.run(ctx)
+    message = str(info.value)
+    assert f"the Helm installation script {HELM_PATH} failed on master2 (exit 3)" in message
+    assert "helm download failed" in message
+    assert PASSWORD not in message
+    assert (ctx.results["discover"]["masters"][0]["sshIp"], helm.MARKER) not in ssh.files
+
+
+async def test_helm_script_missing_from_the_package_is_permanent() -> None:
+    ssh = RecordingSsh()
+    ctx, step, tacker = await helm_ctx(ssh)
+    tacker.packages["vnfd-1"] = package({"Scripts/other.sh": b""})
+    with pytest.raises(PermanentStepError, match="is not in the VNF package"):
+        await step.run(ctx)
+    del tacker.packages["vnfd-1"]
+    with pytest.raises(TackerRejected, match="no onboarded VNF package"):
+        await step.run(ctx)
+
+
+# ----------------------------------------------------------------- Tacker client
+
+
+@pytest.fixture
+async def package_server() -> AsyncIterator[tuple[str, list[web.Request]]]:
+    seen: list[web.Request] = []
+    pkg = package({HELM_PATH: HELM_SCRIPT})
+
+    async def index(request: web.Request) -> web.Response:
+        seen.append(request)
+        if request.query.get("filter") == "(eq,vnfdId,vnfd-1)":
+            return web.json_response(
+                [
+                    {"id": "pkg-0", "onboardingState": "CREATED"},
+                    {"id": "pkg-1", "onboardingState": "ONBOARDED", "vnfdId": "vnfd-1"},
+                ]
+            )
+        return web.json_response([])
+
+    async def content(request: web.Request) -> web.Response:
+        seen.append(request)
+        return web.Response(body=pkg, content_type="application/zip")
+
+    app = web.Application()
+    app.router.add_get("/vnfpkgm/v1/vnf_packages", index)
+    app.router.add_get("/vnfpkgm/v1/vnf_packages/pkg-1/package_content", content)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+async def test_helm_package_content_from_the_vnfd_id(
+    package_server: tuple[str, list[web.Request]],
+) -> None:
+    url, seen = package_server
+    settings = TackerSettings(endpoint=url, retry_attempts=1, noauth_project_id="p" * 32)
+    async with TackerClient(settings) as client:
+        data = await client.vnf_package_content("vnfd-1")
+        assert helm.read_package_file(data, HELM_PATH) == HELM_SCRIPT
+        with pytest.raises(TackerRejected, match="no onboarded VNF package with vnfdId nope"):
+            await client.vnf_package_content("nope")
+    assert seen[1].headers["Accept"] == "application/zip"
+    assert "Version" not in seen[1].headers
