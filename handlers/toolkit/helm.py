@@ -5,8 +5,8 @@ Tacker's v1 driver copies ``install_helm.sh`` from the VNF package to
 ``HELM_INSTALL_TIMEOUT`` 300 s). We read the script from the package Tacker
 holds (:meth:`~subscriber.kernel.ports.TackerApi.vnf_package_content`: the
 package of the instance's ``vnfdId``), upload it and run it as root with
-``KUBECONFIG`` set to the admin kubeconfig and the cluster's proxy in its
-environment (over stdin, masked in every message).
+``cluster.script_env``, ``KUBECONFIG`` set to the admin kubeconfig and the
+cluster's proxy in its environment (over stdin, masked in every message).
 
 A user's script is not known to be safe to run twice, so each master records
 its success in :data:`MARKER` (the script's sha256): a master whose marker names
@@ -102,7 +102,11 @@ async def run_helm_script(
             masked); SshError: no connection.
     """
     await shell.ssh.upload(shell.target(node), script, REMOTE_HELM_SCRIPT, mode=0o755)
-    env = {"KUBECONFIG": ADMIN_CONF, **environment(shell.params, topo)}
+    env = {
+        **shell.settings.script_env,
+        "KUBECONFIG": ADMIN_CONF,
+        **environment(shell.params, topo),
+    }
     result = await shell.run(
         node,
         f"bash {REMOTE_HELM_SCRIPT}",
