@@ -6,7 +6,8 @@
 (and so its node name) but its VM is new: its old Node object, etcd member and
 haproxy backends are retired through a surviving master, then a worker joins
 again and a master joins the control plane with a fresh certificate key, and
-every master's haproxy sends to the masters again. A whole-VNF heal leaves no
+every master's haproxy sends to the masters again. Rebuilt nodes get the
+parameters' proxy, a rebuilt master the user's Helm script. A whole-VNF heal leaves no
 master: the cluster is built anew as on INSTANTIATE, and a new
 ``vimConnectionInfo`` entry (new CA and token) is written back. Healing the
 master of a single-master cluster whose workers survive is refused, as Tacker's

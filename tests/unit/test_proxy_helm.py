@@ -318,7 +318,7 @@ async def helm_ctx(ssh: RecordingSsh, *, masters: int = 1) -> tuple[JobContext, 
     ctx = ctx_for(inst, occ, services_with(tacker, openstack, ssh))
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
     ctx.results["discover"] = topo.as_json()
-    job = ClusterJob(ClusterSettings(), ctx.notification)
+    job = ClusterJob(ClusterSettings(script_env={"HELM_VERSION": "v3.14.4"}), ctx.notification)
     return ctx, install_helm(job), tacker
 
 
@@ -331,6 +331,7 @@ async def test_helm_runs_once_per_master_with_proxy_env_and_marker() -> None:
     runs = [c for c in ssh.calls if c["command"].startswith("bash /tmp/install_helm.sh")]
     assert len(runs) == 3
     assert all(c["env"]["KUBECONFIG"] == "/etc/kubernetes/admin.conf" for c in runs)
+    assert all(c["env"]["HELM_VERSION"] == "v3.14.4" for c in runs)  # cluster.script_env
     assert all(c["env"]["http_proxy"] == HTTP and PASSWORD in c["secrets"] for c in runs)
     assert all(ssh.files[(h, helm.REMOTE_HELM_SCRIPT)] == HELM_SCRIPT for h in ("10.9.0.2",))
     assert_no_secret(result, [c["command"] for c in ssh.calls])
