@@ -16,7 +16,7 @@ from subscriber.store.events import AppendedEvent, EventStore, QueueStats
 from subscriber.store.failed import FailedEvent, FailedFilter, FailedStore
 from subscriber.store.inventory import InventoryStore
 from subscriber.store.jobs import JobStore
-from subscriber.store.leases import LeaseStore
+from subscriber.store.leases import Fence, HeldLease, LeaseStore
 from subscriber.store.migrate import current_revision, head_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
 from subscriber.store.replays import LaterOpOcc, ReplayHistory, ReplayStore
@@ -33,6 +33,8 @@ __all__ = [
     "FailedEvent",
     "FailedFilter",
     "FailedStore",
+    "Fence",
+    "HeldLease",
     "InventoryStore",
     "JobStatus",
     "JobStore",
