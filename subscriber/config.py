@@ -99,6 +99,12 @@ class DatabaseSettings(_Section):
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL"] = "FULL"
     group_commit_max: int = Field(default=256, gt=0)
     busy_timeout: float = Field(default=10.0, gt=0)
+    # PostgreSQL: a statement waits this long at most for a row lock, and a
+    # session idle inside a transaction this long is ended by the server. A
+    # replica paused mid-transaction (SIGSTOP, a frozen VM) would otherwise
+    # hold its locks, and stall every other replica's writes, until it wakes.
+    lock_timeout: float = Field(default=5.0, gt=0)
+    idle_in_transaction_timeout: float = Field(default=10.0, gt=0)
 
     def resolved_url(self) -> str:
         """The configured URL, or the embedded SQLite default."""
