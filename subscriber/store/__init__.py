@@ -20,6 +20,7 @@ from subscriber.store.leases import Fence, HeldLease, LeaseStore
 from subscriber.store.migrate import current_revision, head_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
 from subscriber.store.replays import LaterOpOcc, ReplayHistory, ReplayStore
+from subscriber.store.retention import PruneCounts, RetentionStore
 from subscriber.store.tables import EventStatus, JobStatus, ReplayMode, StepStatus
 from subscriber.store.tacker_state import TackerStateStore
 from subscriber.store.writer import WriteQueue
@@ -41,10 +42,12 @@ __all__ = [
     "LaterOpOcc",
     "LeaseStore",
     "NewEvent",
+    "PruneCounts",
     "QueueStats",
     "ReplayHistory",
     "ReplayMode",
     "ReplayStore",
+    "RetentionStore",
     "StepStatus",
     "Store",
     "TackerStateStore",
@@ -99,6 +102,7 @@ class Store(Component):
         self.jobs = JobStore(self.db, writer=self.writer)
         self.leases = LeaseStore(self.db, writer=self.writer)
         self.replays = ReplayStore(self.db, writer=self.writer)
+        self.retention = RetentionStore(self.db, writer=self.writer)
         self.inventory = InventoryStore(self.db, writer=self.writer)
         self.tacker = TackerStateStore(self.db, writer=self.writer)
         self.failed = FailedStore(self.db)
