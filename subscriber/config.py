@@ -42,6 +42,7 @@ __all__ = [
     "MtlsSettings",
     "OAuth2Settings",
     "OpenStackSettings",
+    "RetentionSettings",
     "Settings",
     "SshSettings",
     "TackerSettings",
@@ -49,6 +50,7 @@ __all__ = [
     "default_database_path",
     "load_settings",
     "masked",
+    "parse_duration",
 ]
 
 
@@ -99,6 +101,12 @@ class DatabaseSettings(_Section):
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL"] = "FULL"
     group_commit_max: int = Field(default=256, gt=0)
     busy_timeout: float = Field(default=10.0, gt=0)
+    # PostgreSQL: a statement waits this long at most for a row lock, and a
+    # session idle inside a transaction this long is ended by the server. A
+    # replica paused mid-transaction (SIGSTOP, a frozen VM) would otherwise
+    # hold its locks, and stall every other replica's writes, until it wakes.
+    lock_timeout: float = Field(default=5.0, gt=0)
+    idle_in_transaction_timeout: float = Field(default=10.0, gt=0)
 
     def resolved_url(self) -> str:
         """The configured URL, or the embedded SQLite default."""
@@ -124,6 +132,47 @@ class DispatchSettings(_Section):
     backoff_initial: float = Field(default=1.0, gt=0)
     backoff_max: float = Field(default=300.0, gt=0)
     worker_id: str = ""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(value: str | float) -> float:
+    """Seconds from ``90``, ``45s``, ``15m``, ``12h``, ``30d`` or ``2w``.
+
+    Raises:
+        ValueError: not a non-negative number with an optional unit.
+    """
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"a duration cannot be negative: {value}")
+        return float(value)
+    m = _DURATION.match(value)
+    if m is None:
+        raise ValueError(f"not a duration (like 90s, 15m, 12h, 30d): {value!r}")
+    return float(m[1]) * _UNIT[m[2]]
+
+
+class RetentionSettings(_Section):
+    """Pruning of settled events, with their jobs and steps, in the background of ``serve``.
+
+    Events ``done``, ``ignored``, ``stale`` and ``echo`` whose last change is
+    older than ``max_age`` go; ``failed`` and ``poison`` events stay until
+    replayed or pruned by hand (``events prune --include-failed``); open events
+    never go. Durations take ``30d``, ``12h``, ``15m``, ``90s`` or seconds.
+    """
+
+    enabled: bool = True
+    max_age: float = Field(default=30 * 86400.0, gt=0)
+    interval: float = Field(default=3600.0, gt=0)
+    # Rows deleted per transaction: ingest and jobs get the writer in between.
+    batch: int = Field(default=500, gt=0)
+
+    @field_validator("max_age", "interval", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
 
 
 class HandlerSettings(_Section):
@@ -588,6 +637,7 @@ class Settings(BaseSettings):
     http: HttpSettings = HttpSettings()
     database: DatabaseSettings = DatabaseSettings()
     dispatch: DispatchSettings = DispatchSettings()
+    retention: RetentionSettings = RetentionSettings()
     handlers: HandlerSettings = HandlerSettings()
     ssh: SshSettings = SshSettings()
     cluster: ClusterSettings = ClusterSettings()

@@ -11,7 +11,11 @@
 * New events wake the dispatcher at once (append listener). A rescan every
   ``rescan_interval`` catches work written by other processes (replay CLI,
   other replicas) and lanes whose lease expired.
-* Each running lane holds a lease row, renewed while it runs.
+* Each running lane holds a lease row, renewed while it runs. The lease's
+  fencing token goes with every job and step write of the lane (see
+  :mod:`subscriber.store.leases`). A renewal refused, timed out, or not done
+  before the lease could expire means the lease is lost: the lane's running
+  step is cancelled at once and the lane stops; its writes are refused anyway.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from dataclasses import dataclass
 
 from schemas import LcmOperationType
 from subscriber.config import DispatchSettings
+from subscriber.errors import LeaseLost
 from subscriber.lifecycle import Component, State
 from subscriber.metrics import Metrics
 from subscriber.runner import Runner
-from subscriber.store import AppendedEvent, EventRow, EventStatus, Store
+from subscriber.store import AppendedEvent, EventRow, EventStatus, Fence, HeldLease, Store
 
 __all__ = ["Dispatcher", "choose_next", "default_worker_id"]
 
@@ -286,47 +291,73 @@ class Dispatcher(Component):
 
     async def _run_lane(self, lane: str, dead_owners: frozenset[str]) -> None:
         ttl = self._settings.lease_ttl
-        if not await self._store.leases.acquire(lane, self.worker_id, ttl, take_over=dead_owners):
+        sent = time.monotonic()
+        token = await self._store.leases.acquire(lane, self.worker_id, ttl, take_over=dead_owners)
+        if token is None:
             # Another worker holds it; look again when its lease may have expired.
             self._timers[lane] = time.time() + min(ttl, self._settings.rescan_interval)
             return
-        renew = asyncio.create_task(self._renew(lane), name=f"lease:{lane}")
+        held = HeldLease(Fence(lane, self.worker_id, token), valid_until=sent + ttl)
+        me = asyncio.current_task()
+        assert me is not None
+        renew = asyncio.create_task(self._renew(held, me), name=f"lease:{lane}")
         try:
-            while self.state is State.RUNNING:
-                decision = await self._decide(lane)
-                if decision.stale is not None:
-                    await self._store.events.set_status(
-                        decision.stale.id,
-                        EventStatus.STALE,
-                        "older than a transition already handled for this op-occ",
-                    )
-                    if self._metrics is not None:
-                        self._metrics.skipped("stale")
-                    log.info(
-                        "stale transition skipped",
-                        extra={
-                            "event_id": decision.stale.id,
-                            "vnfInstanceId": lane,
-                            "vnfLcmOpOccId": decision.stale.vnf_lcm_op_occ_id,
-                            "operationState": decision.stale.operation_state,
-                        },
-                    )
-                    continue
-                if decision.event is None:
-                    if decision.wait_until is not None:
-                        delay = decision.wait_until - time.time()
-                        if delay <= self._settings.reorder_window + 0.05:
-                            await asyncio.sleep(max(0.0, delay))
-                            continue
-                        self._timers[lane] = decision.wait_until
-                    break
-                await self._runner.run(decision.event)
+            await self._lane_loop(lane, held)
+        except LeaseLost as exc:
+            self._lost(lane, held, str(exc))
+        except asyncio.CancelledError:
+            # Our renewer cancelled us (lease lost): the lane just stops. A
+            # cancellation from anyone else (shutdown) goes on.
+            if held.lost_reason is None or me.uncancel() > 0:
+                raise
+            self._lost(lane, held, held.lost_reason)
         finally:
             renew.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renew
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._store.leases.release(lane, self.worker_id))
+                await asyncio.shield(self._store.leases.release(held.fence))
+
+    def _lost(self, lane: str, held: HeldLease, reason: str) -> None:
+        log.error(
+            "lost the lease of a running lane: its step was cancelled, the lane stopped",
+            extra={"vnfInstanceId": lane, "token": held.fence.token, "reason": reason},
+        )
+        # Someone else holds it now (or soon): look again once it may be free.
+        self._timers[lane] = time.time() + self._settings.lease_ttl
+
+    async def _lane_loop(self, lane: str, held: HeldLease) -> None:
+        while self.state is State.RUNNING:
+            held.check()
+            decision = await self._decide(lane)
+            if decision.stale is not None:
+                await self._store.events.set_status(
+                    decision.stale.id,
+                    EventStatus.STALE,
+                    "older than a transition already handled for this op-occ",
+                    fence=held.fence,
+                )
+                if self._metrics is not None:
+                    self._metrics.skipped("stale")
+                log.info(
+                    "stale transition skipped",
+                    extra={
+                        "event_id": decision.stale.id,
+                        "vnfInstanceId": lane,
+                        "vnfLcmOpOccId": decision.stale.vnf_lcm_op_occ_id,
+                        "operationState": decision.stale.operation_state,
+                    },
+                )
+                continue
+            if decision.event is None:
+                if decision.wait_until is not None:
+                    delay = decision.wait_until - time.time()
+                    if delay <= self._settings.reorder_window + 0.05:
+                        await asyncio.sleep(max(0.0, delay))
+                        continue
+                    self._timers[lane] = decision.wait_until
+                break
+            await self._runner.run(decision.event, held)
 
     async def _decide(self, lane: str) -> Decision:
         snap = await self._store.events.lane_snapshot(lane)
@@ -338,12 +369,29 @@ class Dispatcher(Component):
             self._settings.reorder_window,
         )
 
-    async def _renew(self, lane: str) -> None:
+    async def _renew(self, held: HeldLease, lane_task: asyncio.Task[None]) -> None:
+        """Renew every ttl/3; on a refusal, a timeout or an expiry, cancel the lane at once."""
         ttl = self._settings.lease_ttl
-        while True:
-            await asyncio.sleep(ttl / 3)
+        lane = held.fence.lane
+        while held.lost_reason is None:
+            await asyncio.sleep(max(0.0, min(ttl / 3, held.valid_until - time.monotonic())))
+            sent = time.monotonic()
+            if sent >= held.valid_until:
+                held.lose("expired before it could be renewed")
+                break
             try:
-                if not await self._store.leases.renew(lane, self.worker_id, ttl):
-                    log.error("lost the lease of a running lane", extra={"vnfInstanceId": lane})
+                async with asyncio.timeout(held.valid_until - sent):
+                    ok = await self._store.leases.renew(held.fence, ttl)
+            except TimeoutError:
+                held.lose("the renewal timed out")
+                break
             except Exception:
+                # The store failed at once: try again while the lease is still ours.
                 log.exception("lease renewal failed", extra={"vnfInstanceId": lane})
+                await asyncio.sleep(min(0.5, ttl / 10))
+                continue
+            if not ok:
+                held.lose("taken over by another worker")
+                break
+            held.valid_until = sent + ttl
+        lane_task.cancel()

@@ -74,6 +74,7 @@ __all__ = [
     "HostKeyRejected",
     "IngestError",
     "LccnError",
+    "LeaseLost",
     "ListenFailed",
     "NotACluster",
     "NotificationParseError",
@@ -156,6 +157,17 @@ class StoreError(LccnError):
 class StoreUnavailable(StoreError):
     retriable = True
     error_class = "store-unavailable"
+
+
+class LeaseLost(LccnError):
+    """A lane's lease is no longer ours (taken over, or our renewal failed or timed out).
+
+    Raised by a fenced store write (its conditional update of the lease row,
+    ``owner`` and fencing ``token``, matched nothing) and by the check before a
+    step starts. The write is refused, the lane stops; the new holder goes on.
+    """
+
+    error_class = "lease-lost"
 
 
 class SchemaTooNew(StoreError):

@@ -22,14 +22,15 @@ from typing import Any, Protocol
 
 from schemas import Notification, NotificationParseError, parse_notification
 from subscriber.config import DispatchSettings
-from subscriber.errors import LccnError, SkipStep, StepInterrupted
+from subscriber.errors import LccnError, LeaseLost, SkipStep, StepInterrupted
 from subscriber.failed import failure_output
 from subscriber.kernel import HandlerRegistry, JobContext, Plan, RetryClass, Services, Step
 from subscriber.logs import EventLogAdapter
 from subscriber.metrics import Metrics
 from subscriber.redact import redact_text
-from subscriber.store import EventRow, EventStatus, JobStatus, StepStatus, Store
+from subscriber.store import EventRow, EventStatus, HeldLease, JobStatus, StepStatus, Store
 from subscriber.store.jobs import JobRow, StepOutcome, StepRow
+from subscriber.store.leases import Fence
 
 __all__ = ["EchoCheck", "JobOutcome", "Runner", "classify"]
 
@@ -105,28 +106,40 @@ class Runner:
         base = min(self._settings.backoff_max, growth)
         return base * random.uniform(0.5, 1.0)
 
-    async def run(self, event: EventRow) -> JobOutcome:
-        """Run (or resume) the job of ``event`` until it is done, retrying or failed."""
-        outcome, mode = await self._run(event)
+    async def run(self, event: EventRow, lease: HeldLease | None = None) -> JobOutcome:
+        """Run (or resume) the job of ``event`` until it is done, retrying or failed.
+
+        Arguments:
+            lease: the lane's lease (the dispatcher's); given, every store write
+                is fenced with it and no step starts once it is lost or expired.
+
+        Raises:
+            LeaseLost: the lease was lost; nothing more was written.
+        """
+        outcome, mode = await self._run(event, lease)
         if outcome is JobOutcome.ECHO:
             return outcome  # no job ran; counted as a skip
         if self._metrics is not None:
             self._metrics.job_finished(outcome.value, mode)
         return outcome
 
-    async def _run(self, event: EventRow) -> tuple[JobOutcome, str]:
+    async def _run(self, event: EventRow, lease: HeldLease | None) -> tuple[JobOutcome, str]:
         mode = "live"
+        fence = lease.fence if lease is not None else None
         try:
             notification = parse_notification(event.body)
         except NotificationParseError as exc:
             await self._store.events.set_status(
-                event.id, EventStatus.FAILED, f"stored body no longer parses: {exc.detail}"
+                event.id,
+                EventStatus.FAILED,
+                f"stored body no longer parses: {exc.detail}",
+                fence=fence,
             )
             return JobOutcome.FAILED, mode
         # Before routing: our own write-back's MODIFY_INFO never reaches a handler.
         if self._echo is not None and await self._echo.is_echo(notification):
             await self._store.events.set_status(
-                event.id, EventStatus.ECHO, "our own write-back (MODIFY_INFO)"
+                event.id, EventStatus.ECHO, "our own write-back (MODIFY_INFO)", fence=fence
             )
             if self._metrics is not None:
                 self._metrics.skipped("echo")
@@ -142,13 +155,15 @@ class Runner:
             return JobOutcome.ECHO, mode
         handler = self._registry.route(notification)
         if handler is None:
-            await self._store.events.set_status(event.id, EventStatus.IGNORED, "no handler")
+            await self._store.events.set_status(
+                event.id, EventStatus.IGNORED, "no handler", fence=fence
+            )
             return JobOutcome.IGNORED, mode
 
         if event.replay_mode and event.status == EventStatus.PENDING:
             # An operator's replay: a new job, with or without the last one's done steps.
             job, stored_steps = await self._store.replays.start_job(
-                event.id, handler.name, event.replay_mode
+                event.id, handler.name, event.replay_mode, fence=fence
             )
             log.info(
                 "replaying event",
@@ -171,12 +186,12 @@ class Runner:
             )
             if resumed is None or resumed.status not in (JobStatus.RUNNING, JobStatus.RETRY):
                 job = await self._store.jobs.create(
-                    event.id, handler.name, "live", EventStatus.RUNNING
+                    event.id, handler.name, "live", EventStatus.RUNNING, fence=fence
                 )
                 stored_steps = []
             else:
                 job = resumed
-                await self._store.events.set_status(event.id, EventStatus.RUNNING)
+                await self._store.events.set_status(event.id, EventStatus.RUNNING, fence=fence)
         mode = job.mode
         adapter = EventLogAdapter(
             log,
@@ -199,14 +214,15 @@ class Runner:
         )
         try:
             plan = handler.plan(notification)  # pure: no I/O (see subscriber.kernel.plan)
-            final = await self._run_plan(job, plan, ctx, stored_steps)
+            final = await self._run_plan(job, plan, ctx, stored_steps, lease)
         except _StepFailed as failed:
-            return await self._record_failure(job, failed.step, failed.failure, adapter), mode
-        except asyncio.CancelledError:
+            failure = failed.failure
+            return await self._record_failure(job, failed.step, failure, adapter, fence), mode
+        except (asyncio.CancelledError, LeaseLost):
             raise
         except Exception as exc:  # the handler's planning itself failed
             failure = classify(exc, RetryClass.AUTO)
-            return await self._record_failure(job, "(plan)", failure, adapter), mode
+            return await self._record_failure(job, "(plan)", failure, adapter, fence), mode
         await asyncio.shield(
             self._store.jobs.update(
                 job.id,
@@ -215,13 +231,19 @@ class Runner:
                 event_status=EventStatus.DONE,
                 attempts=job.attempts,
                 final_step=final,
+                fence=fence,
             )
         )
         adapter.info("job done", extra={"handler": handler.name, "steps": len(ctx.results)})
         return JobOutcome.DONE, mode
 
     async def _run_plan(
-        self, job: JobRow, plan: Plan, ctx: JobContext, stored_steps: list[StepRow]
+        self,
+        job: JobRow,
+        plan: Plan,
+        ctx: JobContext,
+        stored_steps: list[StepRow],
+        lease: HeldLease | None = None,
     ) -> StepOutcome | None:
         """Run the steps not done yet; return the last step's checkpoint, not yet written.
 
@@ -229,6 +251,7 @@ class Runner:
         fewer per job); every other step is checkpointed as it ends.
         """
         stored = {s.name: s for s in stored_steps}
+        fence = lease.fence if lease is not None else None
         pending: StepOutcome | None = None
         for idx, step in enumerate(plan.steps(ctx.results)):
             row = stored.get(step.name)
@@ -236,8 +259,10 @@ class Runner:
                 ctx.results[step.name] = row.result_json()
                 continue
             if pending is not None:
-                await asyncio.shield(self._store.jobs.step_finished(job.id, pending))
+                await asyncio.shield(self._store.jobs.step_finished(job.id, pending, fence=fence))
                 pending = None
+            if lease is not None:
+                lease.check()  # the decision to start: not once the lease is lost or stale
             started_at = time.time()
             if row is not None and row.status == StepStatus.RUNNING and not step.idempotent:
                 msg = (
@@ -247,18 +272,27 @@ class Runner:
                 outcome = StepOutcome(
                     idx, step.name, False, StepStatus.FAILED, started_at, error=msg
                 )
-                await asyncio.shield(self._store.jobs.step_finished(job.id, outcome))
+                await asyncio.shield(self._store.jobs.step_finished(job.id, outcome, fence=fence))
                 raise _StepFailed(step.name, _Failure(False, StepInterrupted.error_class, msg))
             if not step.idempotent:
-                # Durable before any side effect: after a crash we must know it began.
+                # Durable before any side effect: after a crash we must know it
+                # began. Fenced, it is also the check that the lease is live.
                 await asyncio.shield(
-                    self._store.jobs.step_started(job.id, idx, step.name, step.idempotent)
+                    self._store.jobs.step_started(
+                        job.id, idx, step.name, step.idempotent, fence=fence
+                    )
                 )
-            pending = await self._run_step(job, idx, step, ctx, started_at)
+            pending = await self._run_step(job, idx, step, ctx, started_at, fence)
         return pending
 
     async def _run_step(
-        self, job: JobRow, idx: int, step: Step, ctx: JobContext, started_at: float
+        self,
+        job: JobRow,
+        idx: int,
+        step: Step,
+        ctx: JobContext,
+        started_at: float,
+        fence: Fence | None = None,
     ) -> StepOutcome:
         def outcome(status: str, **kw: Any) -> StepOutcome:
             return StepOutcome(idx, step.name, step.idempotent, status, started_at, **kw)
@@ -286,7 +320,7 @@ class Runner:
                 )
             await asyncio.shield(
                 self._store.jobs.step_finished(
-                    job.id, outcome(StepStatus.FAILED, error=failure.message)
+                    job.id, outcome(StepStatus.FAILED, error=failure.message), fence=fence
                 )
             )
             raise _StepFailed(step.name, failure) from exc
@@ -295,7 +329,7 @@ class Runner:
             failure = classify(exc, step.retry)
             # SSH failures carry the command's stdout/stderr tails: keep them for the operator.
             failed = outcome(StepStatus.FAILED, error=failure.message, output=failure_output(exc))
-            await asyncio.shield(self._store.jobs.step_finished(job.id, failed))
+            await asyncio.shield(self._store.jobs.step_finished(job.id, failed, fence=fence))
             raise _StepFailed(step.name, failure) from exc
         self._observe_step(step.name, "done", started_at)
         ctx.results[step.name] = result
@@ -312,6 +346,7 @@ class Runner:
         step: str,
         failure: _Failure,
         adapter: logging.LoggerAdapter[logging.Logger],
+        fence: Fence | None = None,
     ) -> JobOutcome:
         attempts = job.attempts + 1
         message = f"{step}: {failure.message}"
@@ -327,6 +362,7 @@ class Runner:
                     next_attempt_at=time.time() + delay,
                     error_class=failure.error_class,
                     last_error=message,
+                    fence=fence,
                 )
             )
             adapter.warning(
@@ -350,6 +386,7 @@ class Runner:
                 attempts=attempts,
                 error_class=failure.error_class,
                 last_error=message,
+                fence=fence,
             )
         )
         adapter.error("job failed", extra={"step": step, "attempt": attempts, "error": message})

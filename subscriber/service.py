@@ -20,6 +20,7 @@ from subscriber.kernel import HandlerRegistry, Services
 from subscriber.lifecycle import Component
 from subscriber.metrics import Metrics, install_metrics_route
 from subscriber.openstack import OpenStackClient
+from subscriber.retention import Pruner
 from subscriber.runner import Runner
 from subscriber.ssh import SshPool
 from subscriber.store import Store
@@ -111,6 +112,9 @@ class Service(Component):
             echo=self.echo,
         )
         self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch, self.metrics)
+        self.pruner: Pruner | None = (
+            Pruner(self.store, settings.retention) if settings.retention.enabled else None
+        )
         hook_path = settings.hooks.path if settings.hooks.bearer() else None
         self.app = make_app(settings.http, self.store.events, hook_path=hook_path)
         # Components add readiness checks here (Kafka assigned, subscription present ...).
@@ -167,6 +171,8 @@ class Service(Component):
             await self._start_child(client)
         if self.settings.dispatch.enabled:
             await self._start_child(self.dispatcher)
+        if self.pruner is not None:
+            await self._start_child(self.pruner)
         await self._start_child(self.ingress)
         if self.kafka is not None:
             # Returns at once; connecting and joining the group go on in

@@ -368,7 +368,7 @@ class GatedRunner:
         self.gate = asyncio.Event()
         self.running = asyncio.Event()
 
-    async def run(self, event: Any) -> None:
+    async def run(self, event: Any, lease: Any = None) -> None:
         self.running.set()
         await self.gate.wait()
         await self.store.events.set_status(event.id, EventStatus.DONE)

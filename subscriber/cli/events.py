@@ -1,4 +1,4 @@
-"""``lccn-subscriber events list|show|watch``: the stored events, and a live view of them."""
+"""``lccn-subscriber events list|show|watch|prune``: the stored events, a live view, retention."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from subscriber.cli.helpers import (
     print_json,
     settings_from,
     table,
+    when,
     with_store,
 )
 
 if TYPE_CHECKING:
-    from subscriber.store import Store
+    from subscriber.store import PruneCounts, Store
 
 __all__ = ["add_parsers"]
 
@@ -74,8 +75,40 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _age(text: str) -> float:
+    from subscriber.config import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    import time
+
+    settings = settings_from(args)
+    before = time.time() - args.older_than
+
+    async def prune(store: Store) -> PruneCounts:
+        if args.dry_run:
+            return await store.retention.count(before, include_failed=args.include_failed)
+        return await store.retention.prune(
+            before, include_failed=args.include_failed, batch=settings.retention.batch
+        )
+
+    counts = asyncio.run(with_store(settings, prune))
+    verb = "would prune" if args.dry_run else "pruned"
+    kinds = "settled and failed" if args.include_failed else "settled"
+    print(
+        f"{verb} {counts.events} events, {counts.jobs} jobs, {counts.steps} steps "
+        f"({kinds}, last changed before {when(before)})"
+    )
+    return EXIT_OK
+
+
 def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
-    """Add ``events list``, ``events show ID`` and ``events watch``.
+    """Add ``events list``, ``events show ID``, ``events watch`` and ``events prune``.
 
     Arguments:
         subparsers: the root parser's subcommands.
@@ -104,3 +137,22 @@ def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
     )
     live.add_argument("--format", choices=("text", "json"), default="text")
     live.set_defaults(func=_cmd_watch)
+    prune = events.add_parser(
+        "prune",
+        parents=parents.store,
+        help="delete settled events (and their jobs and steps) older than an age",
+    )
+    prune.add_argument(
+        "--older-than",
+        type=_age,
+        required=True,
+        metavar="AGE",
+        help="last changed longer ago than this: 30d, 12h, 15m, 90s",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="count only, delete nothing")
+    prune.add_argument(
+        "--include-failed",
+        action="store_true",
+        help="failed and poison events too (kept by default, for replay)",
+    )
+    prune.set_defaults(func=_cmd_prune)

@@ -16,10 +16,11 @@ from subscriber.store.events import AppendedEvent, EventStore, QueueStats
 from subscriber.store.failed import FailedEvent, FailedFilter, FailedStore
 from subscriber.store.inventory import InventoryStore
 from subscriber.store.jobs import JobStore
-from subscriber.store.leases import LeaseStore
+from subscriber.store.leases import Fence, HeldLease, LeaseStore
 from subscriber.store.migrate import current_revision, head_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
 from subscriber.store.replays import LaterOpOcc, ReplayHistory, ReplayStore
+from subscriber.store.retention import PruneCounts, RetentionStore
 from subscriber.store.tables import EventStatus, JobStatus, ReplayMode, StepStatus
 from subscriber.store.tacker_state import TackerStateStore
 from subscriber.store.writer import WriteQueue
@@ -33,16 +34,20 @@ __all__ = [
     "FailedEvent",
     "FailedFilter",
     "FailedStore",
+    "Fence",
+    "HeldLease",
     "InventoryStore",
     "JobStatus",
     "JobStore",
     "LaterOpOcc",
     "LeaseStore",
     "NewEvent",
+    "PruneCounts",
     "QueueStats",
     "ReplayHistory",
     "ReplayMode",
     "ReplayStore",
+    "RetentionStore",
     "StepStatus",
     "Store",
     "TackerStateStore",
@@ -97,6 +102,7 @@ class Store(Component):
         self.jobs = JobStore(self.db, writer=self.writer)
         self.leases = LeaseStore(self.db, writer=self.writer)
         self.replays = ReplayStore(self.db, writer=self.writer)
+        self.retention = RetentionStore(self.db, writer=self.writer)
         self.inventory = InventoryStore(self.db, writer=self.writer)
         self.tacker = TackerStateStore(self.db, writer=self.writer)
         self.failed = FailedStore(self.db)

@@ -72,8 +72,23 @@ class Database:
             self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="lccn-db-writer")
             self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="lccn-db-reader")
         else:
+            server_settings = {
+                "lock_timeout": str(int(settings.lock_timeout * 1000)),
+                "idle_in_transaction_session_timeout": str(
+                    int(settings.idle_in_transaction_timeout * 1000)
+                ),
+            }
+            connect_args = (
+                {"server_settings": server_settings}
+                if make_url(self.url).get_driver_name() == "asyncpg"
+                else {}
+            )
             self._async = create_async_engine(
-                self.url, pool_pre_ping=True, pool_size=10, max_overflow=10
+                self.url,
+                pool_pre_ping=True,
+                pool_size=10,
+                max_overflow=10,
+                connect_args=connect_args,
             )
 
     def _sqlite_engine(

@@ -23,6 +23,7 @@ from subscriber.redact import redact, redact_text
 from subscriber.store import statements as st
 from subscriber.store.attempts import Seen, attempt_of, notified_at
 from subscriber.store.database import Database
+from subscriber.store.leases import Fence, fenced
 from subscriber.store.records import (
     APPEND_COLUMNS,
     AppendResult,
@@ -593,7 +594,15 @@ class EventStore(Component):
 
         return await self._db.read(read)
 
-    async def set_status(self, event_id: int, status: str, detail: str | None = None) -> None:
+    async def set_status(
+        self,
+        event_id: int,
+        status: str,
+        detail: str | None = None,
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """Set an event's status; with ``fence``, only while that lane lease is held."""
         args = {
             "b_event_id": event_id,
             "b_status": status,
@@ -604,4 +613,4 @@ class EventStore(Component):
         def write(conn: Connection) -> None:
             conn.execute(st.SET_EVENT_STATUS, args)
 
-        await self._writer.run(write)
+        await self._writer.run(fenced(fence, write))

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from subscriber.redact import redact, redact_text
 from subscriber.store import statements as st
 from subscriber.store.database import Database
+from subscriber.store.leases import Fence, fenced
 from subscriber.store.tables import jobs, steps
 from subscriber.store.writer import WriteQueue
 
@@ -83,8 +84,20 @@ class JobStore:
         self._db = db
         self._writer = writer
 
-    async def create(self, event_id: int, handler: str, mode: str, event_status: str) -> JobRow:
-        """Create a job for ``event_id`` and set the event's status, in one transaction."""
+    async def create(
+        self,
+        event_id: int,
+        handler: str,
+        mode: str,
+        event_status: str,
+        *,
+        fence: Fence | None = None,
+    ) -> JobRow:
+        """Create a job for ``event_id`` and set the event's status, in one transaction.
+
+        Every write of this class takes ``fence``: given, the write happens only
+        while that lease is still held (else :class:`~subscriber.errors.LeaseLost`).
+        """
         now = time.time()
         job = {"b_event_id": event_id, "b_handler": handler, "b_mode": mode, "b_now": now}
         event = {"b_event_id": event_id, "b_status": event_status, "b_detail": None, "b_now": now}
@@ -94,7 +107,7 @@ class JobStore:
             conn.execute(st.SET_EVENT_STATUS, event)
             return int(job_id)
 
-        job_id = await self._writer.run(write)
+        job_id = await self._writer.run(fenced(fence, write, live=True))
         return JobRow(job_id, event_id, handler, mode, "running", 0, None, None, None, now, now)
 
     async def current(self, event_id: int) -> JobRow | None:
@@ -142,6 +155,7 @@ class JobStore:
         error_class: str | None = None,
         last_error: str | None = None,
         final_step: StepOutcome | None = None,
+        fence: Fence | None = None,
     ) -> None:
         """Set a job's outcome and its event's status together.
 
@@ -167,10 +181,16 @@ class JobStore:
             conn.execute(st.UPDATE_JOB, job)
             conn.execute(st.SET_EVENT_STATUS, event)
 
-        await self._writer.run(write)
+        await self._writer.run(fenced(fence, write))
 
-    async def step_started(self, job_id: int, idx: int, name: str, idempotent: bool) -> None:
-        """Checkpoint: the step is about to run (written before any side effect)."""
+    async def step_started(
+        self, job_id: int, idx: int, name: str, idempotent: bool, *, fence: Fence | None = None
+    ) -> None:
+        """Checkpoint: the step is about to run (written before any side effect).
+
+        Fenced, it is also the decision to start: refused unless the lease is
+        held with ``fence``'s token and not expired.
+        """
         args = {
             "b_job_id": job_id,
             "b_idx": idx,
@@ -183,11 +203,13 @@ class JobStore:
             if not conn.execute(st.STEP_STARTED_UPDATE, args).rowcount:
                 conn.execute(st.STEP_STARTED_INSERT, args)
 
-        await self._writer.run(write)
+        await self._writer.run(fenced(fence, write, live=True))
 
-    async def step_finished(self, job_id: int, outcome: StepOutcome) -> None:
+    async def step_finished(
+        self, job_id: int, outcome: StepOutcome, *, fence: Fence | None = None
+    ) -> None:
         """Checkpoint: a step's outcome (``done``, ``skipped`` or ``failed``)."""
-        await self._writer.run(self._step_write(job_id, outcome))
+        await self._writer.run(fenced(fence, self._step_write(job_id, outcome)))
 
     @staticmethod
     def _step_write(job_id: int, outcome: StepOutcome) -> Callable[[Connection], None]:

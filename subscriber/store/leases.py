@@ -1,41 +1,129 @@
-"""Lane leases: one row per lane with an owner and an expiry.
+"""Lane leases: one row per lane with an owner, an expiry and a fencing token.
 
 A lane is run only by the holder of its lease. The holder renews it while
-running; if the holder dies, the lease expires and any worker may take the
-lane over (a later multi-replica deployment on PostgreSQL relies on this).
+running; if the holder dies or stalls, the lease expires and any worker may
+take the lane over (several replicas on one PostgreSQL rely on this).
+
+Every acquisition bumps the lease's fencing token. The holder's job and step
+writes are *fenced*: each runs, in its own transaction, after one conditional
+update of the lease row (``WHERE lane AND owner AND token``); when it matches
+nothing, the write is refused with :class:`~subscriber.errors.LeaseLost`. So a
+holder that was paused past its lease (SIGSTOP, a long GC, a frozen VM) and
+wakes up after a take-over writes nothing.
+
+Lease operations do not queue behind the process's group-commit writer: on
+PostgreSQL they run on their own connection, so a batch waiting for a row
+lock (of a paused replica) never delays a renewal into a lost lease.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from subscriber.errors import LeaseLost
 from subscriber.store import statements as st
 from subscriber.store.database import Database
 from subscriber.store.tables import leases
 from subscriber.store.writer import WriteQueue
 
-__all__ = ["LeaseStore"]
+__all__ = ["Fence", "HeldLease", "LeaseStore", "fenced"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Who holds a lane's lease, and with which token."""
+
+    lane: str
+    owner: str
+    token: int
+
+    def check(self, conn: Connection, *, live: bool = False) -> None:
+        """Raise :class:`LeaseLost` unless the lease row still says (owner, token).
+
+        Arguments:
+            live: also require the lease not to have expired (before a step starts).
+        """
+        args = {
+            "b_lane": self.lane,
+            "b_owner": self.owner,
+            "b_token": self.token,
+            "b_now": time.time(),
+        }
+        stmt = st.LEASE_FENCE_LIVE if live else st.LEASE_FENCE
+        if conn.execute(stmt, args).rowcount != 1:
+            raise LeaseLost(
+                f"the lease of lane {self.lane} (token {self.token}) is no longer ours; "
+                "write refused",
+                vnf_instance_id=self.lane,
+            )
+
+
+def fenced(
+    fence: Fence | None, op: Callable[[Connection], T], *, live: bool = False
+) -> Callable[[Connection], T]:
+    """``op`` preceded, in its transaction, by the fence check (none without a fence)."""
+    if fence is None:
+        return op
+
+    def write(conn: Connection) -> T:
+        fence.check(conn, live=live)
+        return op(conn)
+
+    return write
+
+
+@dataclass(slots=True)
+class HeldLease:
+    """A lease as its holder sees it: the fence, and until when it is surely ours.
+
+    ``valid_until`` is on the monotonic clock, counted from the moment the
+    last successful acquisition or renewal was *sent*, so it never overestimates;
+    a process paused past it finds out on its first look after waking.
+    """
+
+    fence: Fence
+    valid_until: float
+    lost_reason: str | None = field(default=None)
+
+    def lose(self, reason: str) -> None:
+        if self.lost_reason is None:
+            self.lost_reason = reason
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` if the lease is lost or may have expired."""
+        if self.lost_reason is None and time.monotonic() >= self.valid_until:
+            self.lost_reason = "expired before it could be renewed"
+        if self.lost_reason is not None:
+            raise LeaseLost(
+                f"the lease of lane {self.fence.lane} was lost ({self.lost_reason})",
+                vnf_instance_id=self.fence.lane,
+            )
 
 
 class LeaseStore:
     def __init__(self, db: Database, *, writer: WriteQueue) -> None:
         self._db = db
-        self._writer = writer
+        self._writer = writer  # kept for symmetry; lease writes go straight to the database
         pg = db.dialect_name == "postgresql"
         self._insert = postgresql.insert(leases) if pg else sqlite.insert(leases)
 
     async def acquire(
         self, lane: str, owner: str, ttl: float, *, take_over: frozenset[str] = frozenset()
-    ) -> bool:
-        """Take or renew the lease of ``lane`` for ``owner``.
+    ) -> int | None:
+        """Take (or take again) the lease of ``lane`` for ``owner``; return its new fencing token.
 
         Succeeds when the lane is free, expired, already ours, or held by one
         of ``take_over`` (owners known to be dead, e.g. a previous process of
-        this host). Returns whether ``owner`` holds the lease now.
+        this host). Returns ``None`` when another owner holds it.
         """
         now = time.time()
         args = {
@@ -45,35 +133,51 @@ class LeaseStore:
             "b_expires_at": now + ttl,
             "b_take_over": sorted(take_over),
         }
-        insert = self._insert.values(
-            lane=lane, owner=owner, acquired_at=now, expires_at=now + ttl
-        ).on_conflict_do_nothing(index_elements=["lane"])
+        insert = (
+            self._insert.values(
+                lane=lane, owner=owner, acquired_at=now, expires_at=now + ttl, token=1
+            )
+            .on_conflict_do_nothing(index_elements=["lane"])
+            .returning(leases.c.token)
+        )
 
-        def write(conn: Connection) -> bool:
-            if conn.execute(st.LEASE_TAKE, args).rowcount:
-                return True
-            return bool(conn.execute(insert).rowcount)
+        def write(conn: Connection) -> int | None:
+            token = conn.execute(st.LEASE_TAKE, args).scalar()
+            if token is None:
+                token = conn.execute(insert).scalar()
+            return None if token is None else int(token)
 
-        return await self._writer.run(write)
+        return await self._write(write)
 
-    async def renew(self, lane: str, owner: str, ttl: float) -> bool:
-        """Extend our lease; False if we lost it."""
-        args = {"b_lane": lane, "b_owner": owner, "b_expires_at": time.time() + ttl}
+    async def _write(self, op: Callable[[Connection], T]) -> T:
+        result: T = (await self._db.write_batch([op]))[0]
+        return result
+
+    async def renew(self, fence: Fence, ttl: float) -> bool:
+        """Extend our lease; False if it is no longer ours (taken over)."""
+        args = {
+            "b_lane": fence.lane,
+            "b_owner": fence.owner,
+            "b_token": fence.token,
+            "b_expires_at": time.time() + ttl,
+        }
 
         def write(conn: Connection) -> bool:
             return bool(conn.execute(st.LEASE_RENEW, args).rowcount)
 
-        return await self._writer.run(write)
+        return await self._write(write)
 
-    async def release(self, lane: str, owner: str) -> None:
-        args = {"b_lane": lane, "b_owner": owner}
+    async def release(self, fence: Fence) -> None:
+        """Let the lane go (the row stays, expired, so its token keeps growing)."""
+        args = {"b_lane": fence.lane, "b_owner": fence.owner, "b_token": fence.token}
 
         def write(conn: Connection) -> None:
             conn.execute(st.LEASE_RELEASE, args)
 
-        await self._writer.run(write)
+        await self._write(write)
 
     async def owners(self) -> list[str]:
-        q = sa.select(leases.c.owner).distinct()
+        """Owners of leases not yet expired or released."""
+        q = sa.select(leases.c.owner).where(leases.c.expires_at > time.time()).distinct()
         rows = await self._db.read(lambda conn: conn.execute(q).all())
         return [r[0] for r in rows]

@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection
 from subscriber.redact import redact
 from subscriber.store.database import Database
 from subscriber.store.jobs import JobRow, StepRow, _job, _step
+from subscriber.store.leases import Fence, fenced
 from subscriber.store.records import EventRow
 from subscriber.store.tables import (
     EventStatus,
@@ -264,7 +265,7 @@ class ReplayStore:
         return await self._writer.run(write)
 
     async def start_job(
-        self, event_id: int, handler: str, mode: str
+        self, event_id: int, handler: str, mode: str, *, fence: Fence | None = None
     ) -> tuple[JobRow, list[StepRow]]:
         """Create the replay job of ``event_id`` and mark the event running, in one transaction.
 
@@ -358,4 +359,4 @@ class ReplayStore:
             ]
             return job, inherited
 
-        return await self._writer.run(write)
+        return await self._writer.run(fenced(fence, write, live=True))

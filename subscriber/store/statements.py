@@ -120,6 +120,8 @@ RETRY_AT = (
     .group_by(jobs.c.event_id)
 )
 
+# Acquiring a lease (free, expired, ours, or a dead owner's) bumps its fencing
+# token; a released lease keeps its row (expired), so the token never restarts.
 LEASE_TAKE = (
     leases.update()
     .where(
@@ -130,14 +132,29 @@ LEASE_TAKE = (
             leases.c.owner.in_(B("b_take_over", expanding=True)),
         ),
     )
-    .values(owner=B("b_owner"), acquired_at=B("b_now"), expires_at=B("b_expires_at"))
+    .values(
+        owner=B("b_owner"),
+        acquired_at=B("b_now"),
+        expires_at=B("b_expires_at"),
+        token=leases.c.token + 1,
+    )
+    .returning(leases.c.token)
 )
-LEASE_RENEW = (
-    leases.update()
-    .where(leases.c.lane == B("b_lane"), leases.c.owner == B("b_owner"))
-    .values(expires_at=B("b_expires_at"))
+_HELD = sa.and_(
+    leases.c.lane == B("b_lane"),
+    leases.c.owner == B("b_owner"),
+    leases.c.token == B("b_token"),
 )
-LEASE_RELEASE = leases.delete().where(leases.c.lane == B("b_lane"), leases.c.owner == B("b_owner"))
+LEASE_RENEW = leases.update().where(_HELD).values(expires_at=B("b_expires_at"))
+LEASE_RELEASE = leases.update().where(_HELD).values(expires_at=0.0)
+# The fence of a write: a no-op update of the lease row, matched only while we
+# hold it with our token. On PostgreSQL it also locks the row until commit, so
+# a take-over is ordered after the fenced write, never interleaved with it.
+LEASE_FENCE = leases.update().where(_HELD).values(token=leases.c.token)
+# Before a step starts: held, and not expired either.
+LEASE_FENCE_LIVE = (
+    leases.update().where(_HELD, leases.c.expires_at > B("b_now")).values(token=leases.c.token)
+)
 
 # Attempts (subscriber.store.attempts): which op-occs ever failed temporarily,
 # and the transitions stored for those.

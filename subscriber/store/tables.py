@@ -147,6 +147,8 @@ leases = sa.Table(
     sa.Column("owner", sa.String(255), nullable=False),
     sa.Column("acquired_at", sa.Float, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
+    # The fencing token: +1 on every acquisition; writes of the lane carry it.
+    sa.Column("token", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 # Who did what to the store by hand (replays, dry runs).

@@ -1,0 +1,110 @@
+"""A handler module for multi-replica tests: every step run leaves a line in a side-effect log.
+
+Loaded into ``serve`` subprocesses through ``LCCN_HANDLERS__MODULES``. Plan:
+``prepare`` -> ``apply`` (not idempotent, takes ``LCCN_TEST_STEP_SECONDS``) ->
+``finish``. Each run appends ``<time> <pid> <event_id> <job_id> <step>
+start|end <instance>`` to the file named by ``LCCN_TEST_SIDE_EFFECTS`` (one
+``write`` of one short line in append mode, so lines of several processes
+never interleave), so a test counts runs and overlaps instead of assuming them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from schemas import Notification
+from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+
+NON_IDEMPOTENT = frozenset({"apply"})
+
+
+def _mark(ctx: JobContext, step: str, what: str) -> None:
+    line = (
+        f"{time.time():.6f} {os.getpid()} {ctx.event_id} {ctx.job_id} {step} {what} "
+        f"{ctx.vnf_instance_id}\n"
+    )
+    with open(os.environ["LCCN_TEST_SIDE_EFFECTS"], "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
+def _step(name: str, seconds: float) -> Step:
+    async def run(ctx: JobContext) -> None:
+        _mark(ctx, name, "start")
+        await asyncio.sleep(seconds)
+        _mark(ctx, name, "end")
+
+    return Step(name, run, idempotent=name not in NON_IDEMPOTENT, timeout=60.0)
+
+
+class FenceHandler:
+    name = "fence-test"
+
+    def plan(self, notification: Notification) -> Plan:
+        seconds = float(os.environ.get("LCCN_TEST_STEP_SECONDS", "0.2"))
+        return Plan((_step("prepare", 0.01), _step("apply", seconds), _step("finish", 0.01)))
+
+
+def register(registry: HandlerRegistry) -> None:
+    registry.register(FenceHandler())
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    at: float
+    pid: int
+    event_id: int
+    job_id: int
+    step: str
+    what: str
+    instance: str
+
+
+def marks(path: Path) -> list[Mark]:
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        at, pid, event_id, job_id, step, what, instance = line.split()
+        out.append(Mark(float(at), int(pid), int(event_id), int(job_id), step, what, instance))
+    return out
+
+
+def double_runs(all_marks: list[Mark]) -> int:
+    """Extra starts of a non-idempotent step of one event (0 when none ran twice)."""
+    starts: dict[tuple[int, str], int] = {}
+    for m in all_marks:
+        if m.what == "start" and m.step in NON_IDEMPOTENT:
+            starts[(m.event_id, m.step)] = starts.get((m.event_id, m.step), 0) + 1
+    return sum(n - 1 for n in starts.values())
+
+
+def overlaps(all_marks: list[Mark], frozen: dict[int, tuple[float, float]] | None = None) -> int:
+    """Pairs of step runs of one instance, in different processes, that overlap in time.
+
+    ``frozen`` maps a pid to a (stopped, continued) span: while stopped a
+    process runs nothing, so a run it began before counts as ending at
+    ``stopped`` when it ends (or has not ended) after ``continued``.
+    """
+    frozen = frozen or {}
+    runs: dict[tuple[int, int, str], list[float]] = {}
+    inst: dict[tuple[int, int, str], str] = {}
+    for m in all_marks:
+        key = (m.pid, m.job_id, m.step)
+        inst[key] = m.instance
+        span = runs.setdefault(key, [m.at, float("inf")])
+        if m.what == "end":
+            span[1] = m.at
+    spans = []
+    for key, (start, end) in runs.items():
+        pid = key[0]
+        if pid in frozen and start < frozen[pid][0] and end > frozen[pid][0]:
+            end = frozen[pid][0]
+        spans.append((inst[key], pid, start, end))
+    count = 0
+    for i, (ia, pa, sa, ea) in enumerate(spans):
+        for ib, pb, sb, eb in spans[i + 1 :]:
+            if ia == ib and pa != pb and sa < eb and sb < ea:
+                count += 1
+    return count

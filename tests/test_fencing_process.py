@@ -1,0 +1,191 @@
+"""Two ``serve`` replicas on one PostgreSQL: a replica paused past its lease writes nothing.
+
+Replica A is stopped (SIGSTOP) while it runs a non-idempotent step, longer
+than its lease; replica B takes A's lanes over and settles every event; then A
+is continued (SIGCONT). The store must not change after that (A's writes are
+fenced), A must start no step, and the side-effect log of the test handler
+(tests/fence_handler.py) must show no non-idempotent step run twice and no two
+runs of one instance at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+import pytest
+
+from tests.backends import pg_database
+from tests.conftest import free_port
+from tests.factories import op_occ, uid
+from tests.fence_handler import double_runs, marks, overlaps
+
+pytestmark = [pytest.mark.postgres, pytest.mark.asyncio]
+
+REPO = Path(__file__).resolve().parent.parent
+TERMINAL = ("done", "failed", "ignored", "stale")
+LEASE_TTL = 1.5
+
+
+class Replica:
+    def __init__(self, name: str, tmp: Path, url: str, env: dict[str, str]) -> None:
+        self.name, self.tmp, self.db_url, self.env = name, tmp, url, env
+        self.port = free_port()
+        self.log = tmp / f"serve-{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/lccn/notifications"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "subscriber.cli", "serve"),
+                    *("--port", str(self.port), "--database", self.db_url),
+                ],
+                cwd=REPO,
+                env={**os.environ, **self.env, "PYTHONPATH": str(REPO)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    async def ready(self, timeout: float = 60) -> None:
+        async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
+            while True:
+                assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+                try:
+                    async with http.get(self.url) as resp:
+                        if resp.status == 204:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    async with pg_database() as url:
+        yield url
+
+
+async def _rows(pg: str, sql: str) -> list[tuple[object, ...]]:
+    conn = await asyncpg.connect(pg)
+    try:
+        return [tuple(r) for r in await conn.fetch(sql)]
+    finally:
+        await conn.close()
+
+
+async def _dump(pg: str) -> dict[str, list[tuple[object, ...]]]:
+    return {
+        t: await _rows(pg, f"SELECT * FROM {t} ORDER BY id") for t in ("events", "jobs", "steps")
+    }
+
+
+async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
+    tmp_path: Path, pg_url: str
+) -> None:
+    effects = tmp_path / "side_effects.txt"
+    effects.touch()
+    env = {
+        "LCCN_HANDLERS__MODULES": json.dumps(["tests.fence_handler"]),
+        "LCCN_TEST_SIDE_EFFECTS": str(effects),
+        "LCCN_TEST_STEP_SECONDS": "0.5",
+        "LCCN_DISPATCH__LEASE_TTL": str(LEASE_TTL),
+        "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
+        "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
+    }
+    pg = pg_url.replace("postgresql+asyncpg://", "postgresql://")
+    a, b = Replica("a", tmp_path, pg_url, env), Replica("b", tmp_path, pg_url, env)
+    try:
+        a.start()
+        await a.ready()  # A migrates the store first; then B joins
+        b.start()
+        await b.ready()
+        bodies = [
+            op_occ(instance=inst, state=state, op_occ_id=occ)
+            for inst in [uid() for _ in range(10)]
+            for occ in [uid()]
+            for state in ("STARTING", "PROCESSING", "COMPLETED")
+        ]
+        acked = 0
+        async with aiohttp.ClientSession() as http:
+            for i, body in enumerate(bodies):  # round robin, as behind a load balancer
+                async with http.post((a, b)[i % 2].url, json=body) as resp:
+                    assert resp.status == 204
+                    acked += 1
+        # Stop A while it is inside a non-idempotent step.
+        async with asyncio.timeout(30):
+            while True:
+                mine = [m for m in marks(effects) if m.pid == a.pid and m.step == "apply"]
+                open_runs = {m.job_id for m in mine if m.what == "start"} - {
+                    m.job_id for m in mine if m.what == "end"
+                }
+                if open_runs:
+                    break
+                await asyncio.sleep(0.02)
+        assert a.proc is not None
+        a.proc.send_signal(signal.SIGSTOP)
+        stopped = time.time()
+
+        # B takes A's lanes over once their leases expire and settles everything.
+        async with asyncio.timeout(90):
+            while True:
+                rows = await _rows(pg, "SELECT status FROM events")
+                if len(rows) == len(bodies) and all(r[0] in TERMINAL for r in rows):
+                    break
+                await asyncio.sleep(0.2)
+        assert time.time() - stopped > LEASE_TTL
+        before = await _dump(pg)
+        lease_tokens = await _rows(pg, "SELECT MAX(token) FROM leases")
+
+        a.proc.send_signal(signal.SIGCONT)
+        continued = time.time()
+        await asyncio.sleep(3 * LEASE_TTL)  # renewals, rescans, lanes retried
+        assert a.proc.poll() is None, "replica A died"
+        assert await _dump(pg) == before, "a replica that lost its lease wrote to the store"
+
+        all_marks = marks(effects)
+        after_wake = [m for m in all_marks if m.pid == a.pid and m.what == "start"]
+        after_wake = [m for m in after_wake if m.at >= continued]
+        assert after_wake == [], "the paused replica started a step after waking"
+        assert double_runs(all_marks) == 0
+        assert overlaps(all_marks, {a.pid: (stopped, continued)}) == 0
+        # The run A was cut off in is failed as interrupted by B, not run again.
+        statuses = [r[0] for r in await _rows(pg, "SELECT status FROM events")]
+        interrupted = await _rows(pg, "SELECT COUNT(*) FROM jobs WHERE error_class='interrupted'")
+        assert statuses.count("failed") == interrupted[0][0] >= 1
+        assert "lost the lease of a running lane" in a.log.read_text()
+        # Figures for the report.
+        print(
+            f"\nfencing: events sent={len(bodies)} acked={acked} stored={len(before['events'])} "
+            f"done={statuses.count('done')} failed(interrupted)={statuses.count('failed')} "
+            f"step runs={sum(m.what == 'start' for m in all_marks)} "
+            f"double runs={double_runs(all_marks)} max token={lease_tokens[0][0]} "
+            f"A starts after SIGCONT=0 store rows changed after SIGCONT=0"
+        )
+    finally:
+        a.stop()
+        b.stop()
