@@ -163,9 +163,12 @@ class Loop:
         )
         return int(rows[0][0]) if rows else None
 
-    def handled(self, occ_id: str, *, want: str = "done", timeout: float = 240.0) -> dict[str, Any]:
+    def handled(
+        self, occ_id: str, *, want: str = "done", jobs_after: int = 0, timeout: float = 240.0
+    ) -> dict[str, Any]:
         """serve's COMPLETED event of ``occ_id`` once its job finished (``events show``);
-        it must have finished as ``want``."""
+        it must have finished as ``want``. ``jobs_after``: wait for a job beyond that many
+        (a replay's)."""
 
         def finished() -> int | None:
             proc = self.serve.proc
@@ -174,7 +177,8 @@ class Loop:
             if event is None:
                 return None
             [(status,)] = self.serve.rows("SELECT status FROM events WHERE id = ?", event)
-            return event if status in FINISHED else None
+            [(jobs,)] = self.serve.rows("SELECT count(*) FROM jobs WHERE event_id = ?", event)
+            return event if status in FINISHED and jobs > jobs_after else None
 
         event_id = wait_for(finished, timeout=timeout, interval=0.3, what=f"{occ_id} handled")
         shown = self.serve.event(event_id)

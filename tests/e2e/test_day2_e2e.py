@@ -16,6 +16,8 @@ broke and made the operator heal it.
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,8 +25,9 @@ from typing import Any
 import pytest
 
 from tests.openstack_sim.process import SimProcess
-from tests.tacker.helpers import CallbackRecorder, ServeProcess, TackerClient
+from tests.tacker.helpers import CallbackRecorder, ServeProcess, TackerClient, wait_for
 from tests.testbed import tacker_bed as tb
+from tests.testbed import testhosts
 
 from .day2 import Loop, kubeadm_calls
 
@@ -55,6 +58,33 @@ def loop(
 
 def workers_of(members: dict[str, Any]) -> set[str]:
     return {n for n, m in members.items() if m.role == "worker"}
+
+
+def secret_token(hosts: Any) -> str:
+    """The VIM's bearer token as the stand-in cluster holds it."""
+    secret = hosts.state()["objects"]["Secret/default/default-token-k8svim"]
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
+def token_created(hosts: Any, after: float) -> bool:
+    return any(
+        c["tool"] == "kubeadm" and c["argv"][:2] == ["token", "create"] and c["t"] >= after
+        for c in hosts.calls()
+    )
+
+
+def step_rows(serve: ServeProcess, occ_id: str) -> dict[str, tuple[Any, ...]]:
+    """(status, idempotent, attempts, started_at, finished_at) of each step of the op-occ's
+    COMPLETED event's jobs, from the store's steps table (an idempotent step's row is
+    written when it finished; one that is not, before it starts)."""
+    rows = serve.rows(
+        "SELECT s.name, s.status, s.idempotent, s.attempts, s.started_at, s.finished_at"
+        " FROM steps s"
+        " JOIN jobs j ON s.job_id = j.id JOIN events e ON j.event_id = e.id"
+        " WHERE e.vnf_lcm_op_occ_id = ? AND e.operation_state = 'COMPLETED' ORDER BY s.id",
+        occ_id,
+    )
+    return {r[0]: tuple(r[1:]) for r in rows}
 
 
 def test_scale_out_then_scale_in_converges(bed: tb.BedState, hosts: Any, loop: Loop) -> None:
@@ -165,3 +195,120 @@ def test_heal_master_of_the_ha_cluster_replaces_its_etcd_member(
         assert loop.haproxy_backends(after[name].address) == {
             m: after[m].address for m in masters
         }, name
+
+
+def test_heal_whole_vnf_rebuilds_the_cluster_and_rewrites_the_vim(
+    bed: tb.BedState, tacker: TackerClient, hosts: Any, loop: Loop
+) -> None:
+    assert bed.vnfd_id
+    loop.instantiate(bed.vnfd_id, "simple")
+    before = loop.check_agreement()
+    old_ca, old_token = hosts.state()["cluster"]["ca_crt"], secret_token(hosts)
+    assert tacker.show(loop.inst)["vimConnectionInfo"]["k8s"]["interfaceInfo"]["ssl_ca_cert"] == (
+        old_ca
+    )
+
+    # Every VM is rebuilt (Tacker deletes the stack and makes it again): so is the cluster.
+    testhosts.reset_cluster(hosts)
+    occ = loop.op("heal", {"additionalParams": {"all": True}})
+    shown = loop.handled(occ["id"])
+    steps = Loop.steps(shown)
+    main = min(n for n, m in before.items() if m.role == "master")
+    assert steps["retire-nodes"]["status"] == "skipped"  # nothing survives to retire on
+    assert steps[f"join-master-{main}"]["result"]["init"] is True
+    after = loop.check_agreement()
+    assert set(after) == set(before)
+    assert not {m.vnfc_id for m in after.values()} & {m.vnfc_id for m in before.values()}
+
+    # A new CA and token, written back: Tacker's entry names the new CA, and the
+    # MODIFY_INFO Tacker ran for us carried the new token (GET strips it).
+    new_ca, new_token = hosts.state()["cluster"]["ca_crt"], secret_token(hosts)
+    assert new_ca != old_ca and new_token != old_token
+    entry = tacker.show(loop.inst)["vimConnectionInfo"]["k8s"]
+    assert entry["interfaceInfo"]["ssl_ca_cert"] == new_ca
+    assert entry["interfaceInfo"]["endpoint"] == f"https://{after[main].address}:6443"
+    modify = steps["write-back"]["result"]["modifyOpOccId"]
+    sent = loop.recorder.wait(vnfLcmOpOccId=modify, operationState="COMPLETED")
+    assert sent["changedInfo"]["vimConnectionInfo"]["k8s"]["accessInfo"]["bearer_token"] == (
+        new_token
+    )
+    # Its notifications are our own echo: they run nothing.
+    echoes = {
+        e["operationState"]: e["status"]
+        for e in loop.serve.events()
+        if e["vnfLcmOpOccId"] == modify
+    }
+    assert echoes == {"PROCESSING": "echo", "COMPLETED": "echo"}
+
+
+@pytest.mark.chaos
+def test_kill_9_during_scale_out_resumes_without_rerunning_a_step(
+    bed: tb.BedState, hosts: Any, loop: Loop, serve_proc: ServeProcess
+) -> None:
+    assert bed.vnfd_id
+    loop.instantiate(bed.vnfd_id, "simple")
+    before = loop.check_agreement()
+    hosts.set_join_delay(3.0)  # the join takes a while: the kill lands inside it
+    try:
+        t0 = time.time()
+        out = loop.scale("SCALE_OUT")
+        # join-workers asks the master for a token, then the joins start (3 s each).
+        wait_for(lambda: token_created(hosts, t0), timeout=120, interval=0.05, what="a join token")
+        time.sleep(0.5)
+        serve_proc.kill()
+        at_kill = step_rows(serve_proc, out["id"])
+        assert "join-workers" not in at_kill
+        assert {"load-params", "discover", "upload-scripts", "configure-hosts"} <= set(at_kill)
+        hosts.set_join_delay(0.0)
+        serve_proc.start()
+        shown = loop.handled(out["id"])
+    finally:
+        hosts.set_join_delay(0.0)
+
+    # One job, resumed: what had finished before the kill did not run again ...
+    assert len(shown["jobs"]) == 1
+    at_end = step_rows(serve_proc, out["id"])
+    for name, row in at_kill.items():
+        assert at_end[name] == row, (name, row, at_end[name])
+    # ... no step that is not idempotent ran twice (attempts count every run) ...
+    assert all(row[2] == 1 for row in at_end.values() if not row[1]), at_end
+    # ... the interrupted join was not repeated on the node, and the rest ran once.
+    assert at_end["join-workers"][0] in ("done", "skipped")
+    after = loop.check_agreement()
+    [new] = set(after) - set(before)
+    assert len(kubeadm_calls(hosts, "join", new, after=t0)) == 1
+
+
+def test_scale_out_to_an_unreachable_worker_fails_clearly_and_replays(
+    bed: tb.BedState, hosts: Any, loop: Loop, serve_proc: ServeProcess
+) -> None:
+    assert bed.vnfd_id
+    loop.instantiate(bed.vnfd_id, "simple")
+    before = loop.check_agreement()
+    # The simulator gives the new VM the first free host address: that host is down.
+    used = {m.address for m in before.values()}
+    down = next(h.address for h in hosts.hosts if h.address not in used)
+    loop.cut_off(down)
+    out = loop.scale("SCALE_OUT")
+    failed = loop.handled(out["id"], want="failed")
+    job = failed["jobs"][-1]
+    name = f"worker{down.rsplit('.', 1)[1]}"
+    assert down in job["lastError"] or name in job["lastError"], job["lastError"]
+    assert job["errorClass"] == "ssh-connect", job
+    assert set(loop.cluster_nodes([m for m in before.values() if m.role == "master"])) == set(
+        before
+    )  # nobody joined, nothing retired
+
+    # The host is back: the operator replays the event; it converges.
+    loop.reconnect(down)
+    preview = json.loads(
+        serve_proc.cli("replay", str(failed["id"]), "--dry-run", "--format", "json").stdout
+    )
+    assert preview[0]["handler"] == "cluster-scale", preview
+    serve_proc.cli("replay", str(failed["id"]), "--yes")
+    shown = loop.handled(out["id"], jobs_after=len(failed["jobs"]))
+    replayed = shown["jobs"][-1]
+    assert replayed["mode"] == "resume" and replayed["status"] == "done"
+    assert Loop.steps(shown)["join-workers"]["result"]["joined"] == [name]
+    after = loop.check_agreement()
+    assert set(after) == set(before) | {name}
