@@ -20,6 +20,7 @@ A VM that Tacker deletes or rebuilds is a test host whose private files are wipe
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -278,6 +279,21 @@ class Loop:
             if fields[:1] == ["server"] and len(fields) >= 3:
                 out[fields[1]] = fields[2].rsplit(":", 1)[0]
         return out
+
+    def joining(self, address: str) -> bool:
+        """Whether a stand-in ``kubeadm join`` runs on the host now (a process in its
+        network namespace)."""
+        netns = os.readlink(f"/proc/{self.host(address).pid}/ns/net")
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                if b"kubeadm" in argv and b"join" in argv and os.readlink(proc / "ns/net") == netns:
+                    return True
+            except OSError:  # gone meanwhile
+                continue
+        return False
 
     def vm_gone(self, address: str) -> None:
         """Tacker deleted this VM: its files are gone and nobody reaches it any more."""
