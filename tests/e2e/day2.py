@@ -112,8 +112,9 @@ class Loop:
         assert occ["operationState"] == "COMPLETED", occ.get("error")
         return occ
 
-    def scale(self, kind: str) -> dict[str, Any]:
-        return self.op("scale", {"type": kind, "aspectId": SCALE_ASPECT})
+    def scale(self, kind: str, steps: int = 1) -> dict[str, Any]:
+        """SCALE_OUT / SCALE_IN of the worker aspect (one worker per step)."""
+        return self.op("scale", {"type": kind, "aspectId": SCALE_ASPECT, "numberOfSteps": steps})
 
     def heal_vnfc(self, vnfc_id: str) -> dict[str, Any]:
         """HEAL one VNFC (the request names its vnfcInfo, not its vnfcResourceInfo)."""
@@ -325,7 +326,9 @@ class Loop:
 
     def check_agreement(self) -> dict[str, Member]:
         """Tacker's VNFCs, the cluster's nodes, every node's /etc/hosts and our inventory
-        name the same nodes (same roles, addresses and VNFC ids); returns them."""
+        name the same nodes (same roles, addresses and VNFC ids), every node Ready; with
+        several masters, etcd's members and each master's haproxy backends are the
+        masters. Returns the nodes."""
         members = self.members()
         want = {name: m.address for name, m in members.items()}
         masters = sorted((m for m in members.values() if m.role == "master"), key=lambda m: m.name)
@@ -345,6 +348,12 @@ class Loop:
             assert block == want, ("/etc/hosts block", m.name, block, want)
             own = self.host(m.address).name  # the test host's own line stays
             assert set(names) - {own} <= set(want), ("/etc/hosts", m.name, names)
+        if len(masters) > 1:  # HA: etcd's members and every haproxy's backends too
+            etcd = sorted(m["name"] for m in self.hosts.state()["etcd"].values())
+            assert etcd == sorted(m.name for m in masters), ("etcd", etcd)
+            backends = {m.name: m.address for m in masters}
+            for m in masters:
+                assert self.haproxy_backends(m.address) == backends, ("haproxy", m.name)
         inventory = self.inventory()
         assert inventory == members, ("inventory", inventory, members)
         return members
