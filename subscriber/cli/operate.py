@@ -102,7 +102,7 @@ def _confirm(count: int, mode: str) -> bool:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from handlers import default_registry
+    from handlers import registry_for, services_configured
     from subscriber.replay import (
         Progress,
         actor,
@@ -120,7 +120,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         rate = parse_rate(args.rate) if args.rate else None
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    registry = default_registry(settings.handlers.modules)
+    # The routes serve runs (the cluster handlers too), so the preview names its handler.
+    registry = registry_for(settings, services_configured(settings))
     who = actor()
 
     async def run(store: Store) -> int:

@@ -4,7 +4,8 @@ OpenStack between them, whose servers get the test hosts' addresses.
 The Tacker bed (``bed``) is the run's one bed, from the root conftest; the test hosts are
 the ssh tier's session fixture, imported as ``hosts`` (that tier calls it ``bed``). Only
 the simulator is ours, because its server pool must be the hosts' addresses (masters
-first, in order).
+first, in order). ``serve_proc`` is ``lccn-subscriber serve`` as a subprocess wired to
+all three (SIGKILL and restart on the same store for the chaos tests).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import pytest
 
 from tests.openstack_sim.process import SimProcess
 from tests.ssh.conftest import bed as hosts
+from tests.tacker.helpers import ServeProcess, TackerClient, wait_for
+from tests.testbed import tacker_bed as tb
 from tests.testbed import testhosts
 
-__all__ = ["hosts", "testhosts"]
+__all__ = ["hosts", "serve_config", "testhosts"]
 
 HERE = Path(__file__).parent
 
@@ -30,6 +33,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.tacker)
             item.add_marker(pytest.mark.ssh)
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +58,77 @@ def fresh_cluster(hosts: Any) -> Iterator[None]:
     yield
     for host in hosts.hosts:
         subprocess.run(["nsenter", "-t", str(host.pid), "-u", "hostname", host.name], check=False)
+
+
+def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any]:
+    """``serve``'s settings (a config file) for the full loop: the real Tacker (noauth, our
+    subscription made at start), the simulator's Keystone, the test hosts' SSH keys, the
+    cluster handlers on the stand-in tools (no packages, no CNI; etcdctl on the host, no
+    haproxy process to reload), quick retries."""
+    c = sim.config
+    return {
+        "dispatch": {
+            "rescan_interval": 0.5,
+            "reorder_window": 0.05,
+            "backoff_initial": 0.5,
+            "max_attempts": 3,
+        },
+        "tacker": {
+            "endpoint": bed.url,
+            "noauth_user_id": tb.USER_ID,
+            "noauth_project_id": tb.PROJECT_ID,
+            "retry_attempts": 20,
+            "retry_initial": 0.1,
+            "retry_max": 1.0,
+            "op_poll_interval": 0.2,
+            "subscribe_on_start": True,
+        },
+        "openstack": {
+            "auth_url": sim.auth_url,
+            "username": c.username,
+            "password": c.password,
+            "project_name": c.project_name,
+            "user_domain_name": c.domain,
+            "project_domain_name": c.domain,
+            "region_name": c.region,
+        },
+        "ssh": {
+            "known_hosts": str(hosts.known_hosts),
+            "client_keys": [str(hosts.client_key)],
+            "connect_timeout": 5.0,
+            "command_timeout": 60.0,
+        },
+        "cluster": {
+            "handlers": "on",
+            "script_env": {"K8S_SKIP_PHASES": "packages,cni"},
+            "token_wait_timeout": 10.0,
+            "install_timeout": 120.0,
+            "etcdctl_via": "host",
+            "haproxy_reload": "",
+        },
+        "log": {"format": "json", "level": "INFO"},
+    }
+
+
+@pytest.fixture
+def serve_proc(
+    bed: tb.BedState, tacker: TackerClient, host_sim: SimProcess, hosts: Any, tmp_path: Path
+) -> Iterator[ServeProcess]:
+    """``lccn-subscriber serve`` as a subprocess, subscribed to the real Tacker (it subscribes
+    itself at start); at teardown stopped and its subscription deleted."""
+    proc = ServeProcess(tmp_path, config=serve_config(bed, host_sim, hosts))
+    proc.start()
+    try:
+
+        def subscribed() -> bool:
+            _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
+            return any(s.get("callbackUri") == proc.callback_url for s in subs)
+
+        wait_for(subscribed, timeout=30, interval=0.2, what="serve's own subscription")
+        yield proc
+    finally:
+        proc.stop()
+        _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
+        for sub in subs if isinstance(subs, list) else ():
+            if sub.get("callbackUri") == proc.callback_url:
+                tacker.unsubscribe(sub["id"])

@@ -6,8 +6,10 @@ tests drive them over HTTP from one thread (no event loop shared across a sessio
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -262,23 +264,28 @@ class ServeProcess:
     Arguments:
         tmp: its directory (store, log, config file).
         config: settings by section, written to ``tmp/serve.yaml`` and given with
-            ``--config`` (the listen address and the store stay the flags'); ``None``:
-            no config file, the defaults.
+            ``--config`` (the listen address and the store stay the flags'); the CLI
+            commands run with :meth:`cli` read the same file. ``None``: no config file,
+            the defaults.
+
+    :meth:`kill` (SIGKILL) and :meth:`start` again make a restart on the same store
+    and port (the callback Tacker knows stays valid); the log is appended to.
     """
 
     def __init__(self, tmp: Path, config: Mapping[str, Any] | None = None) -> None:
         self.recorded_before = 0  # the recorder's count when serve subscribed
         self.tmp = tmp
         self.port = tacker_bed.free_port()
-        self.db_url = f"sqlite+aiosqlite:///{tmp / 'lccn.db'}"
+        self.db = tmp / "lccn.db"
+        self.db_url = f"sqlite+aiosqlite:///{self.db}"
         self.log = tmp / "serve.log"
         self.config_file: Path | None = None
         if config is not None:
             self.config_file = tmp / "serve.yaml"
+            self.config_file.touch(mode=0o600)  # it may hold passwords
             self.config_file.write_text(
                 yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)))
             )
-            self.config_file.chmod(0o600)  # it may hold passwords
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -289,8 +296,12 @@ class ServeProcess:
         exe = Path(sys.executable).with_name("lccn-subscriber")
         return [str(exe)] if exe.exists() else [sys.executable, "-m", "subscriber.cli"]
 
+    def _store_args(self) -> list[str]:
+        config = ["--config", str(self.config_file)] if self.config_file else []
+        return ["--database", self.db_url, *config]
+
     def start(self, timeout: float = 30.0) -> None:
-        with self.log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        with self.log.open("ab") as out:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(
                 [
                     *self._exe(),
@@ -299,9 +310,7 @@ class ServeProcess:
                     "127.0.0.1",
                     "--port",
                     str(self.port),
-                    "--database",
-                    self.db_url,
-                    *(["--config", str(self.config_file)] if self.config_file else []),
+                    *self._store_args(),
                 ],
                 cwd=REPO,
                 env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -320,26 +329,40 @@ class ServeProcess:
 
         wait_for(ready, timeout=timeout, what="lccn-subscriber serve to answer")
 
-    def _cli(self, *args: str) -> Any:
-        """``lccn-subscriber ARGS --database <its store>``; its JSON output."""
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``lccn-subscriber ARGS --database ... [--config ...]`` (a command that takes them)."""
         out = subprocess.run(
-            [*self._exe(), *args, "--database", self.db_url],
+            [*self._exe(), *args, *self._store_args()],
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             capture_output=True,
             text=True,
             timeout=60,
-            check=True,
+            stdin=subprocess.DEVNULL,
         )
-        return json.loads(out.stdout)
+        if check:
+            assert out.returncode == 0, f"lccn-subscriber {' '.join(args)}: {out.stderr}"
+        return out
 
     def events(self) -> list[dict[str, Any]]:
         """``lccn-subscriber events list --format json`` (the CLI contract, not the tables)."""
-        return self._cli("events", "list", "--format", "json", "--limit", "100000")  # type: ignore[no-any-return]
+        out = self.cli("events", "list", "--format", "json", "--limit", "100000")
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
 
     def event(self, event_id: int) -> dict[str, Any]:
         """``lccn-subscriber events show ID``: the event with its jobs and their steps."""
-        return self._cli("events", "show", str(event_id))  # type: ignore[no-any-return]
+        return json.loads(self.cli("events", "show", str(event_id)).stdout)  # type: ignore[no-any-return]
+
+    def rows(self, sql: str, *args: object) -> list[tuple[Any, ...]]:
+        """A read of the store's tables (what the CLI does not show, e.g. the inventory)."""
+        with contextlib.closing(sqlite3.connect(self.db, timeout=10)) as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush; what the store holds is what a crash leaves."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
