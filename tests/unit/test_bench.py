@@ -40,3 +40,28 @@ def test_the_kafka_floor_writes_the_row_our_store_writes(kafka_ingest: ModuleTyp
         record = _record(value, offset)
         ours = _row_values(decode_record(record, kafka_ingest.CLIENT_ID), 123.0)
         assert kafka_ingest.floor_row(record, 123.0) == ours
+
+
+def test_the_memory_bench_posts_each_instance_its_life_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    memory = importlib.import_module("memory")
+    rounds = memory.rounds(25, 10)
+    assert [len(r) for r in rounds] == [10, 10, 5]
+    lives: dict[str, list[tuple[str, str, str]]] = {}
+    for batch in rounds:
+        for raw in batch:
+            body = json.loads(raw)
+            lives.setdefault(body["vnfInstanceId"], []).append(
+                (body["operation"], body["operationState"], body["vnfLcmOpOccId"])
+            )
+    assert len(lives) == 10
+    first = next(life for life in lives.values() if len(life) == 3)
+    assert [(o, s) for o, s, _ in first] == [
+        ("INSTANTIATE", "STARTING"),
+        ("INSTANTIATE", "PROCESSING"),
+        ("INSTANTIATE", "COMPLETED"),
+    ]
+    assert len({occ for *_, occ in first}) == 1
+    assert all(len({occ for *_, occ in life}) == 1 for life in lives.values())
