@@ -1,44 +1,67 @@
-"""Ingest benchmark: our ``serve`` (SQLite, real commits) against a no-op 204 server.
+#!/usr/bin/env python3
+"""Ingest benchmark: our ``serve`` (production defaults, jobs running) against a no-op 204 server.
 
-Both servers run as separate processes and get the same load from this
-process: 64 concurrent senders posting valid notifications with distinct
-op-occs over keep-alive connections. Then our server is driven at half of its
-measured maximum rate to read its latency when not saturated.
+Each server runs alone as its own process, one after the other, and gets the
+same load from this process: 64 concurrent senders posting valid
+notifications with distinct op-occs over keep-alive connections.
+Every request is the STARTING notification of a new op-occ of a new instance
+(one lane each), FULL verbosity with one VNFC (about 1 KB).
 
-Our server also runs the job of every event it stores (the built-in ``log``
-handler: a job row, a step checkpoint, a lease), which competes with ingest
-for the one process. So latency is read twice, each time after the job
-backlog of the previous phase has drained:
+* no-op: an aiohttp app that reads the body and answers 204; warmed up, timed,
+  stopped before ours starts.
+* ours: ``lccn-subscriber serve`` (SQLite file, synchronous=FULL, or
+  ``--database`` PostgreSQL), every event's job run by the built-in ``log``
+  handler (a job row, a step checkpoint, a lease) in the same process, as in
+  production. Warmed up, then the warm-up's jobs are worked off before the
+  timed phase starts, so no earlier backlog takes CPU from it.
 
-* at half of the measured ingest maximum (the issue's figure): faster than
-  jobs can follow, so a backlog builds up during the phase;
-* at a rate the jobs sustain (80 % of the measured drain rate): steady state.
+Then our server is driven open-loop at half of its measured maximum (the
+issue's latency figure), and at a rate its jobs sustain (80 % of the measured
+drain rate), each after the previous backlog is worked off; and an idle phase
+posts one event at a time, 20 ms apart.
 
-Prints throughput and p50/p99 latency of both servers, both paced latencies,
-and as the last line ``ratio=<ours/no-op throughput>``.
+Dispatch latency (issue 16: the 204 to the handler's first step) is read from
+the store afterwards: from the event's ``received_at`` (its append began; the
+204 follows the commit) to ``started_at`` of the first step of its first job.
 
-Usage: python bench/ingest.py [--requests N] [--concurrency C]
+Prints throughput and p50/p99 latency of both servers, the paced latencies,
+dispatch latencies per phase, and as the last line ``ratio=<ours/no-op
+throughput>``.
+
+Usage: python bench/ingest.py [--requests N] [--concurrency C] [--database URL]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
-
-REPO = Path(__file__).resolve().parent.parent
-PATH = "/lccn/notifications"
+from benchlib import (
+    HEADERS,
+    PATH,
+    add_database_argument,
+    backend_name,
+    drain,
+    durability,
+    free_port,
+    machine,
+    notification,
+    scratch_database,
+    serve,
+    wait_ready,
+)
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 NOOP_SERVER = """
 import sys
@@ -58,66 +81,38 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def body(i: int) -> bytes:
-    inst, occ, sub = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
-    base = "http://127.0.0.1:9890/vnflcm/v2"
-    return json.dumps(
-        {
-            "id": str(uuid.uuid4()),
-            "notificationType": "VnfLcmOperationOccurrenceNotification",
-            "subscriptionId": sub,
-            "timeStamp": "2026-11-22T03:50:00Z",
-            "notificationStatus": "RESULT",
-            "operationState": "COMPLETED",
-            "vnfInstanceId": inst,
-            "operation": "INSTANTIATE",
-            "isAutomaticInvocation": False,
-            "vnfLcmOpOccId": occ,
-            "verbosity": "FULL",
-            "affectedVnfcs": [
-                {
-                    "id": str(uuid.uuid4()),
-                    "vduId": "workerNode" if i % 2 else "masterNode",
-                    "changeType": "ADDED",
-                    "computeResource": {"resourceId": str(uuid.uuid4())},
-                    "metadata": {"stack_id": str(uuid.uuid4())},
-                }
-            ],
-            "_links": {
-                "vnfInstance": {"href": f"{base}/vnf_instances/{inst}"},
-                "subscription": {"href": f"{base}/subscriptions/{sub}"},
-                "vnfLcmOpOcc": {"href": f"{base}/vnf_lcm_op_occs/{occ}"},
-            },
-        }
-    ).encode()
+    """The STARTING notification of a new instance's op-occ (its own lane), one VNFC listed.
+
+    STARTING: the first transition of an op-occ runs at once, so dispatch
+    latency is not the reorder window (a COMPLETED whose earlier states were
+    not seen waits ``dispatch.reorder_window``, 0.3 s, for them).
+    """
+    return notification(str(uuid.uuid4()), str(uuid.uuid4()), state="STARTING", vnfcs=1)
 
 
-async def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    async with aiohttp.ClientSession() as http:
-        for _ in range(600):
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}")
-            try:
-                async with http.get(url) as resp:
-                    if resp.status == 204:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError("server did not become ready")
+@contextmanager
+def noop_server(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NOOP_SERVER, str(port), PATH],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 async def saturate(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, list[float]]:
     """Closed loop: ``concurrency`` senders, each posting as fast as answers come back."""
     queue = list(reversed(bodies))
     latencies: list[float] = []
-    headers = {"Content-Type": "application/json", "Version": "2.0.0"}
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as http:
 
@@ -125,7 +120,7 @@ async def saturate(url: str, bodies: list[bytes], concurrency: int) -> tuple[flo
             while queue:
                 data = queue.pop()
                 t = time.perf_counter()
-                async with http.post(url, data=data, headers=headers) as resp:
+                async with http.post(url, data=data, headers=HEADERS) as resp:
                     await resp.read()
                     if resp.status != 204:
                         raise RuntimeError(f"unexpected status {resp.status}")
@@ -142,7 +137,6 @@ async def paced(
 ) -> tuple[float, list[float]]:
     """Open loop at ``rate`` requests/s spread over ``concurrency`` senders."""
     latencies: list[float] = []
-    headers = {"Content-Type": "application/json", "Version": "2.0.0"}
     interval = 1.0 / rate
     start = time.perf_counter() + 0.05
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -155,8 +149,10 @@ async def paced(
                 if delay > 0:
                     await asyncio.sleep(delay)
                 t = time.perf_counter()
-                async with http.post(url, data=bodies[k], headers=headers) as resp:
+                async with http.post(url, data=bodies[k], headers=HEADERS) as resp:
                     await resp.read()
+                    if resp.status != 204:
+                        raise RuntimeError(f"unexpected status {resp.status}")
                 latencies.append(time.perf_counter() - t)
 
         t0 = time.perf_counter()
@@ -165,116 +161,125 @@ async def paced(
     return len(bodies) / elapsed, latencies
 
 
-async def drain(url: str, timeout: float = 60.0) -> float:
-    """Wait until the server has no open event; return the seconds it took."""
-    metrics = url.rsplit("/", 2)[0] + "/metrics"
-    start = time.perf_counter()
-    async with aiohttp.ClientSession() as http:
-        while time.perf_counter() - start < timeout:
-            async with http.get(metrics) as resp:
-                text = await resp.text()
-            open_events = sum(
-                float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines()
-                if line.startswith("lccn_queue_depth{")
-            )
-            if open_events == 0:
-                return time.perf_counter() - start
-            await asyncio.sleep(0.2)
-    raise RuntimeError("job backlog did not drain")
-
-
 def pct(values: list[float], p: float) -> float:
+    """The ``p``-th percentile of ``values`` (seconds), in ms."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
 
 
+def spread(values: list[float]) -> str:
+    return f"p50={pct(values, 50):.2f}ms p99={pct(values, 99):.2f}ms"
+
+
+# Each event's dispatch latency: received (append began) -> its first job's first step.
+DISPATCH = text(
+    """
+    SELECT e.received_at, s.started_at - e.received_at
+    FROM events e
+    JOIN jobs j ON j.id = (SELECT min(id) FROM jobs WHERE event_id = e.id)
+    JOIN steps s ON s.job_id = j.id AND s.idx = 0
+    WHERE s.started_at IS NOT NULL
+    """
+)
+
+
+async def dispatch_latencies(database: str) -> list[tuple[float, float]]:
+    """(received_at, seconds to the first step) of every event that has a first step."""
+    engine = create_async_engine(database)
+    try:
+        async with engine.connect() as conn:
+            rows = (await conn.execute(DISPATCH)).all()
+    finally:
+        await engine.dispose()
+    return [(float(r[0]), float(r[1])) for r in rows]
+
+
+async def measure_noop(requests: int, concurrency: int) -> tuple[float, list[float]]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}{PATH}"
+    with noop_server(port) as proc:
+        await wait_ready(url, proc)
+        await saturate(url, [body(i) for i in range(300)], concurrency)
+        return await saturate(url, [body(i) for i in range(requests)], concurrency)
+
+
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=64)
+    add_database_argument(parser)
     args = parser.parse_args()
+    n, c = args.requests, args.concurrency
 
-    tmp = Path(tempfile.mkdtemp(prefix="lccn-bench-"))
-    noop_port, our_port = free_port(), free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    noop = subprocess.Popen(
-        [sys.executable, "-c", NOOP_SERVER, str(noop_port), PATH],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    print(
+        f"HTTP ingest, {n} timed requests from {c} concurrent senders (keep-alive), "
+        "each server alone"
     )
-    ours = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "subscriber.cli",
-            "serve",
-            "--port",
-            str(our_port),
-            "--database",
-            f"sqlite+aiosqlite:///{tmp / 'bench.db'}",
-        ],
-        env={**env, "LCCN_LOG__LEVEL": "WARNING"},
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    print("ours: lccn-subscriber serve, production defaults, log handler jobs in-process")
+    print(f"store: {await durability(args.database)}")
+    print(
+        "processes: the server under test + this one (load)"
+        + ("" if backend_name(args.database) == "SQLite" else " + the PostgreSQL server")
     )
-    try:
-        noop_url = f"http://127.0.0.1:{noop_port}{PATH}"
-        our_url = f"http://127.0.0.1:{our_port}{PATH}"
-        await wait_ready(noop_url, noop)
-        await wait_ready(our_url, ours)
-        warm = [body(i) for i in range(300)]
-        await saturate(noop_url, warm, args.concurrency)
-        await saturate(our_url, [body(i) for i in range(300)], args.concurrency)
+    print(machine())
+    noop_rate, noop_lat = await measure_noop(n, c)
+    print(f"noop: {noop_rate:.0f} req/s {spread(noop_lat)}")
 
-        noop_rate, noop_lat = await saturate(
-            noop_url, [body(i) for i in range(args.requests)], args.concurrency
-        )
-        our_rate, our_lat = await saturate(
-            our_url, [body(i) for i in range(args.requests)], args.concurrency
-        )
-        backlog = await drain(our_url)
-        job_rate = args.requests / backlog if backlog > 0 else float("inf")
-        half = our_rate / 2
-        half_n = max(500, int(half * 3))  # about three seconds of paced load
-        half_rate, half_lat = await paced(
-            our_url, [body(i) for i in range(half_n)], half, args.concurrency
-        )
-        await drain(our_url)
-        steady = min(half, job_rate * 0.8)
-        steady_n = max(300, int(steady * 3))
-        steady_rate, steady_lat = await paced(
-            our_url, [body(i) for i in range(steady_n)], steady, args.concurrency
-        )
-    finally:
-        for proc in (noop, ours):
-            proc.terminate()
-        for proc in (noop, ours):
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with tempfile.TemporaryDirectory(prefix="lccn-bench-") as tmp:
+        async with scratch_database(args.database, Path(tmp), "ingest") as database:
+            port = free_port()
+            base = f"http://127.0.0.1:{port}"
+            url = base + PATH
+            windows: dict[str, tuple[float, float]] = {}
+            with serve(database, port) as proc:
+                await wait_ready(url, proc)
+                await saturate(url, [body(i) for i in range(300)], c)
+                warm = await drain(base)
+                print(f"warm-up: 300 requests, their jobs worked off in {warm:.1f}s")
 
-    print(f"requests={args.requests} concurrency={args.concurrency}")
-    print(
-        f"noop: {noop_rate:.0f} req/s p50={pct(noop_lat, 50):.2f}ms p99={pct(noop_lat, 99):.2f}ms"
-    )
-    print(
-        f"ours: {our_rate:.0f} req/s p50={pct(our_lat, 50):.2f}ms p99={pct(our_lat, 99):.2f}ms "
-        "(SQLite WAL, synchronous=FULL, group commit)"
-    )
-    print(
-        f"ours at half max ({half:.0f} req/s target, {half_rate:.0f} achieved): "
-        f"p50={pct(half_lat, 50):.2f}ms p99={pct(half_lat, 99):.2f}ms "
-        f"mean={statistics.mean(half_lat) * 1000:.2f}ms"
-    )
-    print(
-        f"ours at a rate its jobs sustain ({steady:.0f} req/s target, {steady_rate:.0f} achieved; "
-        f"jobs drained at ~{job_rate:.0f}/s): p50={pct(steady_lat, 50):.2f}ms "
-        f"p99={pct(steady_lat, 99):.2f}ms"
-    )
+                our_rate, our_lat = await saturate(url, [body(i) for i in range(n)], c)
+                print(f"ours: {our_rate:.0f} req/s {spread(our_lat)}")
+                backlog = await drain(base)
+                job_rate = n / backlog if backlog > 0 else float("inf")
+
+                half = our_rate / 2
+                half_n = max(500, int(half * 3))  # about three seconds of paced load
+                t0 = time.time()
+                half_rate, half_lat = await paced(url, [body(i) for i in range(half_n)], half, c)
+                windows["half max"] = (t0, time.time())
+                print(
+                    f"ours at half max ({half:.0f} req/s target, {half_rate:.0f} achieved): "
+                    f"{spread(half_lat)} mean={statistics.mean(half_lat) * 1000:.2f}ms"
+                )
+                await drain(base)
+
+                steady = min(half, job_rate * 0.8)
+                steady_n = max(300, int(steady * 3))
+                t0 = time.time()
+                steady_rate, steady_lat = await paced(
+                    url, [body(i) for i in range(steady_n)], steady, c
+                )
+                windows["jobs' pace"] = (t0, time.time())
+                print(
+                    f"ours at a rate its jobs sustain ({steady:.0f} req/s target, "
+                    f"{steady_rate:.0f} achieved; jobs drained at ~{job_rate:.0f}/s): "
+                    f"{spread(steady_lat)}"
+                )
+                await drain(base)
+
+                t0 = time.time()
+                _, idle_lat = await paced(url, [body(i) for i in range(100)], 50, 1)
+                windows["idle"] = (t0, time.time())
+                print(f"ours idle (one request at a time, 20 ms apart): {spread(idle_lat)}")
+                await drain(base)
+            latencies = await dispatch_latencies(database)
+
+    for phase, (start, end) in windows.items():
+        values = [d for at, d in latencies if start <= at <= end]
+        if values:
+            print(f"dispatch latency, {phase} ({len(values)} events): {spread(values)}")
+        else:
+            print(f"dispatch latency, {phase}: no events found")
     print(f"ratio={our_rate / noop_rate:.3f}")
 
 

@@ -1,46 +1,65 @@
 #!/usr/bin/env python3
-"""Kafka ingest throughput: our source (parse + store + commit) against a bare consume loop.
+"""Kafka ingest throughput: our source (parse + store + commit) against the job's floor.
 
 Starts its own broker (Tansu, memory) on a free loopback port, produces N
-notification records over 3 partitions, then consumes them twice, each time
-with a fresh consumer group:
+notification records over 3 partitions, then consumes them several times, each
+time with a fresh consumer group (and, where something is stored, a fresh store):
 
-* bare: an aiokafka consumer that only counts records (no parsing, no store);
-* parse only: KafkaSource with a sink that discards what it is given, to show
-  how much of the gap is decoding and validation rather than the store;
-* ours: KafkaSource into a Store on a temporary SQLite file, offsets committed.
+* floor (the baseline): a plain aiokafka consumer doing the least this job must
+  do: decode each record's JSON, insert the same rows into a table with the
+  events table's schema and indexes (created from subscriber/store/tables.py,
+  so it cannot drift), ON CONFLICT DO NOTHING on the dedup key, one transaction
+  per fetched batch with the same durability as ours (SQLite WAL,
+  synchronous=FULL by default), and commit the batch's offsets after it;
+* bare (context): an aiokafka consumer that only counts records;
+* parse only (context): KafkaSource with a sink that discards what it is given,
+  to show how much is decoding and validation rather than the store;
+* ours: KafkaSource into a Store (migrated schema), offsets committed.
 
-Each rate counts from the first record seen to the last one consumed/stored, so
-the broker's group join time is left out of both. The last line is
-``ratio=<ours/bare>``.
+Everything runs in this one process (plus the broker's); each rate counts from
+the first record seen to the last one stored (floor: and its offsets committed),
+so group join time is left out. The last line is ``ratio=<ours/floor>``.
 
-    python bench/kafka_ingest.py [--records 50000]
+    python bench/kafka_ingest.py [--records 50000] [--database postgresql+asyncpg://...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import logging
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from benchlib import (
+    add_database_argument,
+    backend_name,
+    durability,
+    machine,
+    scratch_database,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from subscriber.config import DatabaseSettings, KafkaSettings  # noqa: E402
-from subscriber.heap import freeze_long_lived  # noqa: E402
-from subscriber.ingest.kafka import KafkaSource  # noqa: E402
-from subscriber.store import AppendResult, EventStore, NewEvent, Store  # noqa: E402
-from tests.testbed import kafka_broker  # noqa: E402
+from schemas import STATE_RANK
+from subscriber.config import DatabaseSettings, KafkaSettings
+from subscriber.heap import freeze_long_lived
+from subscriber.ingest.kafka import KafkaSource
+from subscriber.store import AppendResult, EventStore, NewEvent, Store
+from subscriber.store.tables import events
+from tests.testbed import kafka_broker
 
 PARTITIONS = 3
 STATES = (("STARTING", "START"), ("PROCESSING", "START"), ("COMPLETED", "RESULT"))
@@ -122,6 +141,183 @@ async def bare(bootstrap: str, topic: str, count: int) -> float:
         await consumer.stop()
 
 
+# -- the floor: a plain consumer that stores every record durably -----------------
+
+CLIENT_ID = KafkaSettings().client_id
+
+
+def _epoch(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def floor_row(record: Any, now: float) -> dict[str, Any]:
+    """The events row of one record, from its JSON alone (no schema validation).
+
+    The same values our store writes for it (tests/test_bench.py checks),
+    so both sides write the same bytes.
+    """
+    raw: bytes = record.value
+    body = json.loads(raw)
+    occ = body.get("vnfLcmOpOccId")
+    state = body.get("operationState")
+    status = body.get("notificationStatus")
+    if occ is not None:
+        key = f"opocc|{occ}|{state}|{status}"
+    else:
+        key = f"ident|{body['notificationType']}|{body['vnfInstanceId']}"
+    meta = {
+        "kafka": {
+            "consumer": CLIENT_ID,
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp,
+            "record_key": None if record.key is None else record.key.decode(),
+            "headers": [[k, v.decode()] for k, v in record.headers or ()],
+        }
+    }
+    return {
+        "received_at": now,
+        "updated_at": now,
+        "source": "kafka",
+        "notification_type": body["notificationType"],
+        "notification_id": body["id"],
+        "vnf_instance_id": body["vnfInstanceId"],
+        "vnf_lcm_op_occ_id": occ,
+        "operation": body.get("operation"),
+        "operation_state": state,
+        "notification_status": status,
+        "state_rank": STATE_RANK.get(state) if occ is not None else None,
+        "dedup_key": key,
+        "api_version": None,
+        "body": raw.decode(),
+        "meta": json.dumps(meta, separators=(",", ":")),
+        "status": "pending",
+        "status_detail": None,
+        "notified_at": _epoch(body.get("timeStamp")) if occ is not None else None,
+        "op_occ_attempt": 0,
+    }
+
+
+class FloorTable:
+    """The events table alone, written one transaction per call.
+
+    SQLite: a synchronous engine on one thread (the event loop keeps
+    fetching meanwhile), WAL and the given ``synchronous``. PostgreSQL: the
+    asyncpg engine.
+    """
+
+    def __init__(self, url: str, synchronous: str) -> None:
+        self._sqlite = backend_name(url) == "SQLite"
+        dialect = sqlite if self._sqlite else postgresql
+        self._insert = dialect.insert(events).on_conflict_do_nothing(index_elements=["dedup_key"])
+        if self._sqlite:
+            self._engine = sa.create_engine(str(make_url(url).set(drivername="sqlite")))
+
+            @sa.event.listens_for(self._engine, "connect")
+            def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA synchronous={synchronous}")
+                cur.close()
+
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="floor-writer")
+        else:
+            self._async = create_async_engine(url)
+
+    async def create(self) -> None:
+        # Only the events table: its columns, unique key and indexes.
+        if self._sqlite:
+            await self._in_thread(lambda: events.metadata.create_all(self._engine, [events]))
+        else:
+            async with self._async.begin() as conn:
+                await conn.run_sync(events.metadata.create_all, [events])
+
+    async def insert(self, rows: Sequence[dict[str, Any]]) -> None:
+        if self._sqlite:
+
+            def write() -> None:
+                with self._engine.begin() as conn:
+                    conn.execute(self._insert, rows)
+
+            await self._in_thread(write)
+        else:
+            async with self._async.begin() as conn:
+                await conn.execute(self._insert, rows)
+
+    async def count(self) -> int:
+        query = sa.select(sa.func.count()).select_from(events)
+        if self._sqlite:
+
+            def read() -> int:
+                with self._engine.connect() as conn:
+                    return int(conn.execute(query).scalar_one())
+
+            result: int = await self._in_thread(read)
+            return result
+        async with self._async.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def close(self) -> None:
+        if self._sqlite:
+            self._engine.dispose()
+            self._thread.shutdown()
+        else:
+            await self._async.dispose()
+
+    async def _in_thread(self, fn: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
+
+async def floor(bootstrap: str, topic: str, count: int, url: str, synchronous: str) -> float:
+    """Records/s of the plain consumer: getmany, rows, one transaction, commit offsets."""
+    table = FloorTable(url, synchronous)
+    await table.create()
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        client_id=CLIENT_ID,
+        group_id=f"floor-{uuid.uuid4().hex[:8]}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
+    max_records = KafkaSettings().max_poll_records  # ours fetches this many at most too
+    await consumer.start()
+    done = 0
+    first = 0.0
+    try:
+        while done < count:
+            batches = await consumer.getmany(timeout_ms=200, max_records=max_records)
+            records = [r for part in batches.values() for r in part]
+            if not records:
+                continue
+            if not first:
+                first = time.perf_counter()
+            now = time.time()
+            await table.insert([floor_row(r, now) for r in records])
+            await consumer.commit()  # the positions just past this batch: all stored
+            done += len(records)
+        rate = count / (time.perf_counter() - first)
+    finally:
+        await consumer.stop()
+        stored = await table.count()
+        await table.close()
+    if stored != count:
+        raise RuntimeError(f"floor stored {stored} rows, expected {count}")
+    return rate
+
+
+# -- our source ------------------------------------------------------------------
+
+
 class _Timed:
     """A sink noting when the first append started and the last ended.
 
@@ -140,7 +336,7 @@ class _Timed:
     async def append(self, new: NewEvent) -> AppendResult:
         return (await self.append_many([new]))[0]
 
-    async def append_many(self, news: list[NewEvent]) -> list[AppendResult]:
+    async def append_many(self, news: Sequence[NewEvent]) -> list[AppendResult]:
         if not self.first:
             self.first = time.perf_counter()
         if self._events is None:
@@ -189,10 +385,20 @@ async def ours(
     return rate, min(stored, rows)
 
 
-async def main(count: int, group_commit_max: int, synchronous: str) -> int:
+async def main(count: int, server: str, group_commit_max: int, synchronous: str) -> int:
     logging.basicConfig(level=logging.ERROR)
     # As `serve` does once it has started (subscriber.service).
     freeze_long_lived()
+    print(
+        f"Kafka ingest of {count:,} notification records ({PARTITIONS} partitions, one Tansu "
+        "broker on loopback) into the events table"
+    )
+    print(f"store: {await durability(server, synchronous)}")
+    print(
+        "processes: this one (consumers, store client) + the broker"
+        + ("" if backend_name(server) == "SQLite" else " + the PostgreSQL server")
+    )
+    print(machine())
     with tempfile.TemporaryDirectory(prefix="lccn-bench-") as tmp:
         workdir = Path(tmp)
         broker = kafka_broker.start_broker(log=workdir / "tansu.log")
@@ -203,28 +409,36 @@ async def main(count: int, group_commit_max: int, synchronous: str) -> int:
             await produce(broker.bootstrap, topic, values)
             print(f"produced {count} records in {time.perf_counter() - started:.1f}s")
             bare_rate = await bare(broker.bootstrap, topic, count)
-            print(f"bare aiokafka consume loop: {bare_rate:,.0f} records/s")
+            print(f"context: bare aiokafka loop, counts only: {bare_rate:,.0f} records/s")
             parse_rate = await parse_only(broker.bootstrap, topic, count)
-            print(f"KafkaSource, parse only (sink discards): {parse_rate:,.0f} records/s")
-            database = DatabaseSettings(
-                url=f"sqlite+aiosqlite:///{workdir / 'bench.db'}",
-                group_commit_max=group_commit_max,
-                sqlite_synchronous=synchronous,  # type: ignore[arg-type]
+            print(f"context: KafkaSource, parse only (sink discards): {parse_rate:,.0f} records/s")
+            async with scratch_database(server, workdir, "floor") as url:
+                floor_rate = await floor(broker.bootstrap, topic, count, url, synchronous)
+            print(
+                "floor: plain aiokafka consumer, JSON decode + insert into the events table "
+                f"(one transaction per fetch) + offset commit: {floor_rate:,.0f} records/s"
             )
-            our_rate, stored = await ours(broker.bootstrap, topic, count, workdir, database)
-            print(f"KafkaSource (parse + SQLite store + commit): {our_rate:,.0f} records/s")
+            async with scratch_database(server, workdir, "ours") as url:
+                database = DatabaseSettings(
+                    url=url,
+                    group_commit_max=group_commit_max,
+                    sqlite_synchronous=synchronous,  # type: ignore[arg-type,unused-ignore]
+                )
+                our_rate, stored = await ours(broker.bootstrap, topic, count, workdir, database)
+            print(f"ours: KafkaSource (validate + store + commit): {our_rate:,.0f} records/s")
             if stored != count:
                 print(f"error: stored {stored} events, expected {count}", file=sys.stderr)
                 return 1
         finally:
             broker.stop()
-    print(f"ratio={our_rate / bare_rate:.2f}")
+    print(f"ratio={our_rate / floor_rate:.2f}")
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--records", type=int, default=50_000)
+    add_database_argument(parser)
     defaults = DatabaseSettings()
     parser.add_argument("--group-commit-max", type=int, default=defaults.group_commit_max)
     parser.add_argument(
@@ -233,4 +447,8 @@ if __name__ == "__main__":
         default=defaults.sqlite_synchronous,
     )
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.records, args.group_commit_max, args.sqlite_synchronous)))
+    sys.exit(
+        asyncio.run(
+            main(args.records, args.database, args.group_commit_max, args.sqlite_synchronous)
+        )
+    )

@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/scale_join.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
+from benchlib import add_database_argument, backend_name, machine, scratch_database  # noqa: E402
+
 from schemas.cluster_params import parse_install_output  # noqa: E402
 from subscriber.config import SshSettings  # noqa: E402
 from subscriber.kernel.ports import SshTarget  # noqa: E402
@@ -123,7 +125,7 @@ async def timed_round(
     return elapsed
 
 
-async def handler_scale_out(bed: Any, tmp: Path) -> tuple[float, float]:
+async def handler_scale_out(bed: Any, database: str) -> tuple[float, float]:
     """(SCALE_OUT job seconds, whole run) of the real SCALE handler adding every worker."""
     import aiohttp
 
@@ -150,7 +152,7 @@ async def handler_scale_out(bed: Any, tmp: Path) -> tuple[float, float]:
     )
     config = Settings(
         http=HttpSettings(host="127.0.0.1", port=free_port()),
-        database=DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp / 'bench.db'}"),
+        database=DatabaseSettings(url=database),
         dispatch=DispatchSettings(rescan_interval=0.5, reorder_window=0.0),
         ssh=settings(bed),
         cluster=cluster,
@@ -187,7 +189,7 @@ async def handler_scale_out(bed: Any, tmp: Path) -> tuple[float, float]:
 
 
 async def main_async(
-    bed: Any, workers: int, join_cost: float, tmp: Path
+    bed: Any, workers: int, join_cost: float, tmp: Path, server: str
 ) -> tuple[float, float, float]:
     token, ca_hash = await setup_cluster(bed)
     bed.set_join_delay(join_cost)
@@ -195,7 +197,8 @@ async def main_async(
     sequential = await timed_round(bed, nodes, token, ca_hash, parallel=False)
     await reset_workers(bed, nodes)
     parallel = await timed_round(bed, nodes, token, ca_hash, parallel=True)
-    handler, _ = await handler_scale_out(bed, tmp)
+    async with scratch_database(server, tmp, "scale") as database:
+        handler, _ = await handler_scale_out(bed, database)
     return sequential, parallel, handler
 
 
@@ -203,18 +206,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=10)
     parser.add_argument("--join-cost", type=float, default=1.5, help="seconds per kubeadm join")
+    add_database_argument(parser)
     args = parser.parse_args()
     started = time.perf_counter()
     bed = testhosts.create(args.workers + 1, password=False)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             sequential, parallel, handler = asyncio.run(
-                main_async(bed, args.workers, args.join_cost, Path(tmp))
+                main_async(bed, args.workers, args.join_cost, Path(tmp), args.database)
             )
     finally:
         testhosts.destroy(bed)
     total = time.perf_counter() - started
     print(f"workers={args.workers} join_cost={args.join_cost:.2f}s")
+    print(f"store: {backend_name(args.database)}; {machine()}")
     print(f"sequential={sequential:.2f}s ({sequential / args.workers:.2f}s per worker)")
     print(f"parallel={parallel:.2f}s (the join step alone, hand-written gather)")
     print(f"handler_scale_out={handler:.2f}s (SCALE COMPLETED through serve's SCALE handler)")

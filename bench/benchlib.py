@@ -1,0 +1,257 @@
+"""What the benches share: the machine line, and ``--database`` (a scratch store per side).
+
+Not a bench itself. ``python bench/NAME.py`` puts this directory on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python bench/NAME.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+__all__ = [
+    "HEADERS",
+    "PATH",
+    "ROOT",
+    "add_database_argument",
+    "backend_name",
+    "drain",
+    "durability",
+    "free_port",
+    "machine",
+    "notification",
+    "open_events",
+    "rss_mb",
+    "scratch_database",
+    "serve",
+    "wait_ready",
+]
+
+PATH = "/lccn/notifications"
+HEADERS = {"Content-Type": "application/json", "Version": "2.0.0"}
+
+
+def machine() -> str:
+    """CPUs and load, so a reader can judge the figures."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    python = sys.version.split()[0]
+    return f"CPUs: {os.cpu_count()} (load average at start: {load}); Python {python}"
+
+
+def add_database_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database",
+        default="",
+        metavar="URL",
+        help="PostgreSQL server to measure on, e.g. postgresql+asyncpg://postgres@127.0.0.1:5432 "
+        "(a fresh database is created on it per measured side and dropped after); "
+        "default: a SQLite file in a temporary directory",
+    )
+
+
+def backend_name(url: str) -> str:
+    return "SQLite" if not url or make_url(url).get_backend_name() == "sqlite" else "PostgreSQL"
+
+
+async def durability(url: str, sqlite_synchronous: str = "FULL") -> str:
+    """How durable a commit is on this backend, in words (asks a PostgreSQL server)."""
+    if backend_name(url) == "SQLite":
+        return f"SQLite WAL, synchronous={sqlite_synchronous} (FULL: fsync of the WAL per commit)"
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+    conn = await asyncpg.connect(_admin_dsn(url))
+    try:
+        values = [
+            f"{name}={await conn.fetchval(f'SHOW {name}')}"
+            for name in ("fsync", "synchronous_commit", "wal_sync_method")
+        ]
+        version = await conn.fetchval("SHOW server_version")
+    finally:
+        await conn.close()
+    return f"PostgreSQL {version} on this machine, {', '.join(values)}"
+
+
+def _admin_dsn(server: str) -> str:
+    url = make_url(server)
+    return url.set(drivername="postgresql", database=url.database or "postgres").render_as_string(
+        hide_password=False
+    )
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(server: str, workdir: Path, name: str) -> AsyncIterator[str]:
+    """A fresh, empty database; yields its SQLAlchemy async URL.
+
+    Arguments:
+        server: ``""`` for a SQLite file in ``workdir``, else a PostgreSQL URL
+            (its database part, if any, is only used to connect as admin).
+        name: tells the scratch databases of one run apart.
+    """
+    if backend_name(server) == "SQLite":
+        yield f"sqlite+aiosqlite:///{workdir / f'{name}.db'}"
+        return
+    import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+    url = make_url(server)
+    dbname = f"lccn_bench_{name}_{uuid.uuid4().hex[:8]}"
+    admin_dsn = _admin_dsn(server)
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{dbname}"')
+    finally:
+        await admin.close()
+    try:
+        yield url.set(drivername="postgresql+asyncpg", database=dbname).render_as_string(
+            hide_password=False
+        )
+    finally:
+        admin = await asyncpg.connect(admin_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+# -- `lccn-subscriber serve` as a subprocess -----------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serve(database: str, port: int, **env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``lccn-subscriber serve`` on 127.0.0.1:``port`` with the production defaults.
+
+    Only the listen port, the store and the log level (WARNING: the log handler
+    would otherwise write a line per job) are set; ``env`` adds settings.
+    Stopped with SIGTERM on exit (killed if it does not stop in 15 s).
+    """
+    argv = [sys.executable, "-m", "subscriber.cli", "serve", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*argv, "--database", database],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "LCCN_LOG__LEVEL": "WARNING", **env},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def wait_ready(url: str, proc: subprocess.Popen[bytes], within: float = 30.0) -> None:
+    """Wait until a GET of ``url`` answers 204 (the callback test Tacker sends)."""
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}")
+            try:
+                async with http.get(url) as resp:
+                    if resp.status == 204:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError("server did not become ready")
+
+
+async def open_events(base: str) -> int:
+    """Events the server has stored but not finished (pending, running, retry), from /metrics."""
+    async with aiohttp.ClientSession() as http, http.get(f"{base}/metrics") as resp:
+        text = await resp.text()
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("lccn_queue_depth{")
+        )
+    )
+
+
+async def drain(base: str, within: float = 60.0) -> float:
+    """Wait until the server at ``base`` has no open event; return the seconds it took."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < within:
+        if await open_events(base) == 0:
+            return time.perf_counter() - start
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"job backlog did not drain in {within:.0f} s")
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(resident set now, its peak) of process ``pid``, in MB (Linux)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def notification(
+    instance: str,
+    op_occ: str,
+    operation: str = "INSTANTIATE",
+    state: str = "COMPLETED",
+    *,
+    vnfcs: int = 1,
+) -> bytes:
+    """A SOL003 op-occ notification as Tacker sends it (FULL verbosity, ``vnfcs`` VNFCs)."""
+    base = "http://127.0.0.1:9890/vnflcm/v2"
+    sub = "sub-bench"
+    status = "START" if state in ("STARTING", "PROCESSING", "ROLLING_BACK") else "RESULT"
+    return json.dumps(
+        {
+            "id": str(uuid.uuid4()),
+            "notificationType": "VnfLcmOperationOccurrenceNotification",
+            "subscriptionId": sub,
+            "timeStamp": "2026-11-22T03:50:00Z",
+            "notificationStatus": status,
+            "operationState": state,
+            "vnfInstanceId": instance,
+            "operation": operation,
+            "isAutomaticInvocation": False,
+            "vnfLcmOpOccId": op_occ,
+            "verbosity": "FULL",
+            "affectedVnfcs": [
+                {
+                    "id": str(uuid.uuid4()),
+                    "vduId": "workerNode" if i % 2 else "masterNode",
+                    "changeType": "ADDED",
+                    "computeResource": {"resourceId": str(uuid.uuid4())},
+                    "metadata": {"stack_id": str(uuid.uuid4())},
+                }
+                for i in range(vnfcs)
+            ],
+            "_links": {
+                "vnfInstance": {"href": f"{base}/vnf_instances/{instance}"},
+                "subscription": {"href": f"{base}/subscriptions/{sub}"},
+                "vnfLcmOpOcc": {"href": f"{base}/vnf_lcm_op_occs/{op_occ}"},
+            },
+        }
+    ).encode()

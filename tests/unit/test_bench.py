@@ -1,0 +1,67 @@
+"""The benches compare like with like: the Kafka floor writes the rows our store writes."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from subscriber.ingest.kafka_records import decode_record
+from subscriber.store.events import _row_values
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture
+def kafka_ingest(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module("kafka_ingest")
+
+
+def _record(value: bytes, offset: int) -> SimpleNamespace:
+    key = json.loads(value)["vnfInstanceId"].encode()
+    return SimpleNamespace(
+        topic="t",
+        partition=2,
+        offset=offset,
+        timestamp=1_700_000_000_000,
+        key=key,
+        value=value,
+        headers=[("h", b"v")],
+    )
+
+
+def test_the_kafka_floor_writes_the_row_our_store_writes(kafka_ingest: ModuleType) -> None:
+    values = kafka_ingest.notifications(3)  # STARTING, PROCESSING, COMPLETED
+    for offset, value in enumerate(values):
+        record = _record(value, offset)
+        ours = _row_values(decode_record(record, kafka_ingest.CLIENT_ID), 123.0)
+        assert kafka_ingest.floor_row(record, 123.0) == ours
+
+
+def test_the_memory_bench_posts_each_instance_its_life_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    memory = importlib.import_module("memory")
+    rounds = memory.rounds(25, 10)
+    assert [len(r) for r in rounds] == [10, 10, 5]
+    lives: dict[str, list[tuple[str, str, str]]] = {}
+    for batch in rounds:
+        for raw in batch:
+            body = json.loads(raw)
+            lives.setdefault(body["vnfInstanceId"], []).append(
+                (body["operation"], body["operationState"], body["vnfLcmOpOccId"])
+            )
+    assert len(lives) == 10
+    first = next(life for life in lives.values() if len(life) == 3)
+    assert [(o, s) for o, s, _ in first] == [
+        ("INSTANTIATE", "STARTING"),
+        ("INSTANTIATE", "PROCESSING"),
+        ("INSTANTIATE", "COMPLETED"),
+    ]
+    assert len({occ for *_, occ in first}) == 1
+    assert all(len({occ for *_, occ in life}) == 1 for life in lives.values())
