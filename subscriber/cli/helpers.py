@@ -215,6 +215,8 @@ async def event_detail(store: Store, event_id: int) -> dict[str, Any] | None:
                         "status": s.status,
                         "attempts": s.attempts,
                         "idempotent": s.idempotent,
+                        "startedAt": s.started_at,
+                        "finishedAt": s.finished_at,
                         "error": s.error,
                         "output": s.output,
                         "result": s.result_json(),
