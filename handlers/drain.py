@@ -28,7 +28,7 @@ from typing import Any
 
 from handlers import steps
 from handlers.job import ClusterHandler, ClusterJob
-from handlers.toolkit import etcd, haproxy, kubeadm, kubectl
+from handlers.toolkit import kubeadm, kubectl
 from schemas.hooks import DRAIN_HANDLER, REQUEST_STEP, SELECT_STEP, drain_key
 from subscriber.errors import PermanentStepError
 from subscriber.kernel import JobContext, PlanItem, SkipStep, Step, StepsFor
@@ -90,15 +90,7 @@ def drain_leaving(job: ClusterJob) -> Step:
                 shell, via, node.name, timeout=timeout, step="drain-leaving"
             ):
                 done["drained"].append(node.name)
-            if node.role == "master" and topo.ha:
-                for m in stays:
-                    if await haproxy.remove_backend(shell, m, node.name, step="drain-leaving"):
-                        done["haproxy"].append(f"{m.name}-{node.name}")
-            await kubectl.delete_node(shell, via, node.name, step="drain-leaving")
-            if node.role == "master":
-                member = await etcd.remove_etcd_member(shell, via, node, step="drain-leaving")
-                if member:
-                    done["etcdMembers"].append(member)
+            await steps.forget_node(shell, topo, via, node, stays, done, step="drain-leaving")
         return done
 
     return Step(

@@ -9,6 +9,7 @@ token are fetched by the step that needs them and kept in memory only.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import SecretStr
@@ -16,6 +17,7 @@ from pydantic import SecretStr
 from handlers.job import DISCOVER, ClusterJob
 from handlers.toolkit import etcd, haproxy, helm, hosts, kubeadm, kubectl, proxy
 from handlers.toolkit.params import params_summary
+from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology, discover
 from subscriber.errors import PermanentStepError, SkipStep, TransientStepError
 from subscriber.kernel import JobContext, Step, StepsFor
@@ -443,6 +445,31 @@ def survey_nodes(job: ClusterJob) -> Step:
     return Step(DISCOVER, run, idempotent=True, timeout=120.0)
 
 
+async def forget_node(
+    shell: NodeShell,
+    topo: Topology,
+    via: ClusterNode,
+    node: ClusterNode,
+    stays: Sequence[ClusterNode],
+    done: dict[str, Any],
+    *,
+    step: str,
+) -> None:
+    """The cluster forgets ``node``, through ``via``: a master leaves the haproxy backends
+    of the masters that ``stays`` (HA), the Node object goes and, for a master, its etcd
+    member (kubeadm never removes one). What changed is added to ``done``'s ``haproxy``
+    and ``etcdMembers`` lists. Each part is a no-op when already done."""
+    if node.role == "master" and topo.ha:
+        for m in stays:
+            if await haproxy.remove_backend(shell, m, node.name, step=step):
+                done["haproxy"].append(f"{m.name}-{node.name}")
+    await kubectl.delete_node(shell, via, node.name, step=step)
+    if node.role == "master":
+        member = await etcd.remove_etcd_member(shell, via, node, step=step)
+        if member:
+            done["etcdMembers"].append(member)
+
+
 def retire_nodes(job: ClusterJob) -> Step:
     """Forget, in the cluster, the nodes whose VM is gone or was rebuilt.
 
@@ -484,15 +511,7 @@ def retire_nodes(job: ClusterJob) -> Step:
         masters = [m for m in topo.masters if m.name not in names]
         done: dict[str, Any] = {"retired": [], "etcdMembers": [], "haproxy": []}
         for node in gone:
-            if node.role == "master" and topo.ha:
-                for m in masters:
-                    if await haproxy.remove_backend(shell, m, node.name, step="retire-nodes"):
-                        done["haproxy"].append(f"{m.name}-{node.name}")
-            await kubectl.delete_node(shell, via, node.name, step="retire-nodes")
-            if node.role == "master":
-                member = await etcd.remove_etcd_member(shell, via, node, step="retire-nodes")
-                if member:
-                    done["etcdMembers"].append(member)
+            await forget_node(shell, topo, via, node, masters, done, step="retire-nodes")
             done["retired"].append(node.name)
         return done
 
