@@ -4,7 +4,7 @@
 back into the VNF instance, and a client reaches the cluster through what Tacker holds.
 
     bash scripts/test.sh        # once, the README's test command: installs the parts
-    sudo .venv/bin/python scripts/demo.py [--flavour simple|complex] [--scale] [--keep]
+    sudo .venv/bin/python scripts/demo.py [--flavour simple|complex] [--scale] [--heal] [--keep]
 
 What is real and what is simulated (the tests' beds, see README "Testing"):
 
@@ -20,9 +20,11 @@ What is real and what is simulated (the tests' beds, see README "Testing"):
 Steps: start everything on free loopback ports; INSTANTIATE (``events watch`` shows
 each step of the cluster job live: step, node, duration); print the
 ``vimConnectionInfo`` entry Tacker now holds (token masked) and the cluster's nodes
-read through it; with ``--scale``, SCALE_OUT by one worker and the nodes again;
-TERMINATE, and ``serve`` forgets the cluster. ``--keep`` waits for Ctrl-C before
-stopping everything.
+read through it; with ``--scale``, SCALE_OUT by one worker and the nodes again; with
+``--heal``, one worker's VM is broken (its disk wiped) and Tacker HEALs its VNFC: Tacker
+rebuilds the server on the same port, ``serve`` deletes the old Node and the rebuilt VM
+joins again (a younger node of the same name); TERMINATE, and ``serve`` forgets the
+cluster. ``--keep`` waits for Ctrl-C before stopping everything.
 """
 
 from __future__ import annotations
@@ -316,6 +318,29 @@ def phase(title: str) -> Iterator[None]:
     say(f"   ({title}: {elapsed(t0)})")
 
 
+def heal_a_worker(
+    tacker: TackerClient, sim: SimProcess, hosts: Any, inst: str, serve: Serve
+) -> None:
+    """Break one worker's VM (its disk is lost) and HEAL its VNFC, as an operator would."""
+    info = tacker.show(inst)["instantiatedVnfInfo"]
+    # The oldest worker (Tacker lists the newest first), not the one SCALE_OUT just added.
+    worker = [r for r in info["vnfcResourceInfo"] if r["vduId"] == "workerNode"][-1]
+    [vnfc_info] = [i["id"] for i in info["vnfcInfo"] if i["vnfcResourceInfoId"] == worker["id"]]
+    server = worker["computeResource"]["resourceId"]
+    [address] = [
+        p["fixed_ips"][0]["ip_address"]
+        for p in sim.control.state()["ports"]
+        if p.get("device_id") == server
+    ]
+    host = next(h for h in hosts.hosts if h.address == address)
+    with phase(f"HEAL of worker VNFC {worker['id']} ({address}, its VM broken)"):
+        testhosts.wipe_host(hosts, host)
+        occ = tacker.run_op(inst, "heal", {"vnfcInstanceId": [vnfc_info]})
+        if occ["operationState"] != "COMPLETED":
+            raise DemoError(f"Tacker's HEAL ended {occ['operationState']}: {occ.get('error')}")
+        serve.handled(occ["id"])
+
+
 def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     preflight(args.kubernetes, args.flavour)
     masters = 3 if args.flavour == "complex" else 1
@@ -438,6 +463,10 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
             serve.handled(occ["id"])
         nodes_through(entry, tmp, args.kubernetes)
 
+    if args.heal:
+        heal_a_worker(tacker, sim, hosts, inst, serve)
+        nodes_through(entry, tmp, args.kubernetes)
+
     if args.keep:
         say("\nrunning; Ctrl-C goes on to TERMINATE and stops everything")
         with contextlib.suppress(KeyboardInterrupt):
@@ -457,6 +486,7 @@ def main() -> int:
     p.add_argument("--flavour", choices=("simple", "complex"), default="simple")
     p.add_argument("--kubernetes", choices=("real", "standin"), default="real")
     p.add_argument("--scale", action="store_true", help="also SCALE_OUT by one worker")
+    p.add_argument("--heal", action="store_true", help="also HEAL one worker's VNFC")
     p.add_argument("--show-config", action="store_true", help="print serve's TOML file")
     p.add_argument("--keep", action="store_true", help="wait for Ctrl-C before TERMINATE")
     p.add_argument("--tacker-url", help="use this running Tacker (no bed of its own) ...")

@@ -1,7 +1,8 @@
 """``scripts/demo.py`` does what the README's Demo section promises: with the run's Tacker
 (the shared bed), real-mode test hosts of its own and ``serve`` as a subprocess, it
 INSTANTIATEs, shows each step live, shows the written-back entry with its token masked,
-lists the nodes Ready through that entry alone, SCALEs OUT by one worker and TERMINATEs.
+lists the nodes Ready through that entry alone, SCALEs OUT by one worker, HEALs a worker
+whose VM broke and TERMINATEs.
 """
 
 from __future__ import annotations
@@ -20,12 +21,27 @@ pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.
 DEMO = Path(__file__).parents[2] / "scripts" / "demo.py"
 
 
+def seconds(age: str) -> int:
+    """kubectl's AGE column ("42s", "3m10s", "2m") in seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smhd])", age))
+
+
 def test_demo_builds_a_cluster_reachable_through_the_written_back_entry(
     bed: tb.BedState,
 ) -> None:
     assert bed.vnfd_id
     out = subprocess.run(
-        [sys.executable, str(DEMO), "--scale", "--tacker-url", bed.url, "--vnfd-id", bed.vnfd_id],
+        [
+            sys.executable,
+            str(DEMO),
+            "--scale",
+            "--heal",
+            "--tacker-url",
+            bed.url,
+            "--vnfd-id",
+            bed.vnfd_id,
+        ],
         capture_output=True,
         text=True,
         timeout=840,
@@ -42,5 +58,17 @@ def test_demo_builds_a_cluster_reachable_through_the_written_back_entry(
     assert not re.search(r"eyJ[\w-]{20,}", text + out.stderr)  # no token anywhere
     # ... and the nodes through it: three, then four after SCALE_OUT, all Ready.
     tables = re.findall(r"NAME\s+STATUS.*?\n((?:\s+\S+\s+Ready.*\n)+)", text)
-    assert [len(t.strip().splitlines()) for t in tables] == [3, 4], tables
+    assert [len(t.strip().splitlines()) for t in tables] == [3, 4, 4], tables
+    # The healed worker (the oldest, not the one SCALE_OUT added): its old Node deleted,
+    # the rebuilt VM joined again under the same name, so now it is the youngest node.
+    healed = re.search(r"HEAL of worker VNFC \S+ \((\S+), its VM broken\)", text)
+    assert healed, text[-3000:]
+    name = "worker" + healed.group(1).rsplit(".", 1)[1]
+    assert re.search(r"cluster-heal\s+retire-nodes\s+done", text)
+    assert re.search(rf"cluster-heal\s+join-workers\s+done .* {name}", text)
+    ages = {
+        row.split()[0]: row.split()[3]  # NAME STATUS ROLES AGE
+        for row in tables[2].strip().splitlines()
+    }
+    assert ages[name] == min(ages.values(), key=seconds), ages
     assert "Tacker's vimConnectionInfo now: {}; serve forgot the cluster" in text
