@@ -386,15 +386,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                     "noauth_project_id": tacker_bed.PROJECT_ID,
                     "subscribe_on_start": True,
                 },
-                "openstack": {
-                    "auth_url": sim.auth_url,
-                    "username": c.username,
-                    "password": c.password,
-                    "project_name": c.project_name,
-                    "user_domain_name": c.domain,
-                    "project_domain_name": c.domain,
-                    "region_name": c.region,
-                },
+                "openstack": sim.openstack_settings(),
                 "ssh": {
                     "known_hosts": str(hosts.known_hosts),
                     "client_keys": [str(hosts.client_key)],

@@ -65,7 +65,6 @@ def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any
     subscription made at start), the simulator's Keystone, the test hosts' SSH keys, the
     cluster handlers on the stand-in tools (no packages, no CNI; etcdctl on the host, no
     haproxy process to reload), quick retries."""
-    c = sim.config
     return {
         "dispatch": {
             "rescan_interval": 0.5,
@@ -83,15 +82,7 @@ def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any
             "op_poll_interval": 0.2,
             "subscribe_on_start": True,
         },
-        "openstack": {
-            "auth_url": sim.auth_url,
-            "username": c.username,
-            "password": c.password,
-            "project_name": c.project_name,
-            "user_domain_name": c.domain,
-            "project_domain_name": c.domain,
-            "region_name": c.region,
-        },
+        "openstack": sim.openstack_settings(),
         "ssh": {
             "known_hosts": str(hosts.known_hosts),
             "client_keys": [str(hosts.client_key)],

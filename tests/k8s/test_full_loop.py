@@ -82,7 +82,6 @@ def hosts(k8s_hosts: TestBed) -> Iterator[TestBed]:
 def serve_config(bed: tacker_bed.BedState, sim: SimProcess, hosts: TestBed) -> dict[str, Any]:
     """serve's settings: noauth Tacker (subscribes on start), the simulator's Keystone,
     the hosts' SSH keys, and the real tools' details through ``cluster``."""
-    c = sim.config
     return {
         "dispatch": {"rescan_interval": 0.5, "backoff_initial": 0.5, "max_attempts": 3},
         "tacker": {
@@ -96,15 +95,7 @@ def serve_config(bed: tacker_bed.BedState, sim: SimProcess, hosts: TestBed) -> d
             "subscribe_on_start": True,
             "vim_key": VIM_KEY,
         },
-        "openstack": {
-            "auth_url": sim.auth_url,
-            "username": c.username,
-            "password": c.password,
-            "project_name": c.project_name,
-            "user_domain_name": c.domain,
-            "project_domain_name": c.domain,
-            "region_name": c.region,
-        },
+        "openstack": sim.openstack_settings(),
         "ssh": {
             "known_hosts": str(hosts.known_hosts),
             "client_keys": [str(hosts.client_key)],
