@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from pathlib import Path
@@ -279,3 +280,22 @@ async def test_pool_lifecycle(ssh_settings: SshSettings, bed: Any) -> None:
     assert pool.state is State.STOPPED
     with pytest.raises(RuntimeError):
         await pool.run(root_target(bed), "true")
+
+
+async def test_password_login_survives_the_machine_replacing_its_account_files(
+    bed: Any,
+) -> None:
+    """``adduser`` (an apt install elsewhere on the machine) replaces /etc/passwd and
+    /etc/shadow by rename; the hosts' accounts must not come undone with them."""
+    for name in ("passwd", "shadow", "group"):
+        real = Path("/etc") / name
+        stat = real.stat()
+        copy = real.with_name(f".{name}.lccn-test-{uuid.uuid4().hex[:6]}")
+        copy.write_bytes(real.read_bytes())
+        copy.chmod(stat.st_mode & 0o7777)
+        os.chown(copy, stat.st_uid, stat.st_gid)
+        os.replace(copy, real)  # same content, new inode: what adduser does
+    settings = SshSettings(known_hosts=bed.known_hosts, connect_timeout=5)
+    async with SshPool(settings) as pool:
+        result = await pool.run(password_target(bed, 0), "id -un")
+    assert result.stdout.strip() == bed.user

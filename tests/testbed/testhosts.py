@@ -7,7 +7,11 @@ Every host gets its own address, hostname and private ``/etc/kubernetes``,
 ``/etc/systemd/system`` and ``/var/lib/lccn-subscriber`` (bind mounts inside
 ``unshare --uts --mount --propagation private``), so a script that writes
 ``/tmp/installed`` or ``/etc/kubernetes/admin.conf`` on one host does not see
-another host's files. ``/usr/local/bin`` is replaced by one of two tool sets:
+another host's files. The rest of ``/etc`` is an overlay on the machine's: what a
+host writes there stays its own, and the password test user's ``passwd``,
+``shadow``, ``group`` and ``sudoers`` sit in its upper layer (an overlay, not files
+bound over the machine's, because those come undone when the machine's package
+manager replaces the files). ``/usr/local/bin`` is replaced by one of two tool sets:
 
 * ``kubernetes="standin"`` (the ``ssh`` tier): the stand-in ``kubeadm``/``kubectl``
   (``tests/testbed/k8s_standin.py``), which keep one shared cluster state for all
@@ -355,8 +359,9 @@ def _write_real_tools(bed: TestBed) -> Path:
     return bin_dir
 
 
-def _write_accounts(bed: TestBed, host_dir: Path, home: Path) -> None:
-    """Private /etc/passwd, /etc/shadow, /etc/group and /etc/sudoers with the test user."""
+def _write_accounts(bed: TestBed, etc: Path, home: Path) -> None:
+    """/etc/passwd, /etc/shadow, /etc/group and /etc/sudoers with the test user, into ``etc``
+    (the upper layer of the host's /etc)."""
     assert bed.password is not None
     crypted = _run("openssl", "passwd", "-6", "-stdin", input_text=bed.password + "\n").strip()
     passwd = Path("/etc/passwd").read_text()
@@ -378,7 +383,7 @@ def _write_accounts(bed: TestBed, host_dir: Path, home: Path) -> None:
             0o440,
         ),
     ):
-        path = host_dir / name
+        path = etc / name
         path.write_text(text)
         path.chmod(mode)
 
@@ -444,18 +449,25 @@ def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path
     etc_hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n{address} {name}\n")
     mounts.append((str(etc_hosts), "/etc/hosts"))
     mounts.append((str(bin_dir), "/usr/local/bin"))
+    # The host's /etc is an overlay on the machine's: what the host writes there stays
+    # its own, and the test user's account files sit in the upper layer. (Files bound
+    # one by one over /etc/passwd and co. came undone whenever the machine's package
+    # manager replaced those files, e.g. adduser during an apt install.)
+    etc_upper, etc_work = host_dir / "etc", host_dir / "etc-work"
+    etc_upper.mkdir()
+    etc_work.mkdir()
     if bed.password is not None:
         home = host_dir / "home"
         home.mkdir()
         os.chown(home, TEST_UID, TEST_UID)
-        _write_accounts(bed, host_dir, home)
-        for item in ("passwd", "shadow", "group"):
-            mounts.append((str(host_dir / item), f"/etc/{item}"))
-        if Path("/etc/sudoers").exists():
-            mounts.append((str(host_dir / "sudoers"), "/etc/sudoers"))
+        _write_accounts(bed, etc_upper, home)
 
     config = _sshd_config(bed, host_dir, address, bed.password is not None)
-    inner = [f"hostname {name}"]
+    inner = [
+        f"hostname {name}",
+        f"mount -t overlay lccn-etc -o lowerdir=/etc,upperdir='{etc_upper}',"
+        f"workdir='{etc_work}' /etc",
+    ]
     inner += [f"mount --bind '{src}' '{dst}'" for src, dst in mounts]
     inner.append(f"exec {SSHD} -D -e -f '{config}'")
     log = (host_dir / "sshd.log").open("wb")
