@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers import steps
+from handlers import steps, storage_steps
 from handlers.job import ClusterHandler, ClusterJob
 from handlers.validate import ValidateParams
 from subscriber.config import ClusterSettings
@@ -37,6 +37,9 @@ class InstantiateCluster(ClusterHandler):
             steps.join_masters(job),
             steps.join_workers(job),
             steps.label_workers(job),
+            storage_steps.storage_server(job),
+            storage_steps.nfs_client(job),
+            storage_steps.register_pvs(job),
             steps.install_helm(job),
             steps.admin_token(job),
             steps.cluster_access(job),
