@@ -25,8 +25,9 @@ from handlers import default_registry
 from handlers.toolkit import storage
 from subscriber.config import Settings, SshSettings
 from subscriber.kernel import Services
+from subscriber.kernel.ports import PortAddresses
 from subscriber.service import Service
-from tests.cluster_fakes import cluster_vnf, k8s_params, lcm_op_occ, uid
+from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params, lcm_op_occ, uid
 from tests.conftest import make_settings
 from tests.ssh.test_day2 import CLUSTER, Cluster
 from tests.ssh.test_proxy_helm import fs, result_of
@@ -63,6 +64,28 @@ def package() -> bytes:
     return buf.getvalue()
 
 
+def add_storage_vnfc(
+    tacker: FakeTacker, openstack: FakeOpenStack, inst: str, address: str, device: str
+) -> dict[str, Any]:
+    """The storage server's VNFC (its port's address, its volume attached as ``device``)
+    and the package with the PV manifests; returns the VNFC (its ``id`` may be changed to
+    stand for a rebuilt VM)."""
+    stack = f"vnf-{inst}-storage/{uid()}"
+    vnfc: dict[str, Any] = {
+        "id": uid(),
+        "vduId": "storage_server",
+        "computeResource": {"resourceId": uid()},
+        "vnfcCpInfo": [{"id": uid(), "cpdId": STORAGE_CP}],
+        "metadata": {"stack_id": stack},
+    }
+    tacker.instances[inst]["instantiatedVnfInfo"]["vnfcResourceInfo"].append(vnfc)
+    tacker.instances[inst]["vnfdId"] = VNFD
+    tacker.packages[VNFD] = package()
+    openstack.ports[(stack, STORAGE_CP)] = PortAddresses((address,))
+    openstack.volumes[(stack, "storage_server_volume")] = (device,)
+    return vnfc
+
+
 @pytest.fixture
 def loop_device(tmp_path: Path) -> Iterator[str]:
     image = tmp_path / "storage.img"
@@ -94,6 +117,8 @@ def stop_nfs(bed: Any, host: Any) -> None:
 
 
 def storage_params(bed: Any) -> dict[str, Any]:
+    """Root with the test key on the nodes; the storage server logs in with its own
+    user and password (sudo), as the seeds' storage_server does."""
     params = k8s_params(master_user="root", worker_user="root", key=str(bed.client_key))
     params["k8s_cluster_installation_param"].update(
         storage_server={
@@ -126,21 +151,7 @@ async def test_storage_server_nfs_and_pvs_then_a_rebuilt_storage_server(
     tacker, openstack, inst, occ = cluster_vnf(
         [master.address], [worker.address], params=storage_params(bed)
     )
-    from subscriber.kernel.ports import PortAddresses
-
-    stack = f"vnf-{inst}-storage/{uid()}"
-    vnfc: dict[str, Any] = {
-        "id": uid(),
-        "vduId": "storage_server",
-        "computeResource": {"resourceId": uid()},
-        "vnfcCpInfo": [{"id": uid(), "cpdId": STORAGE_CP}],
-        "metadata": {"stack_id": stack},
-    }
-    tacker.instances[inst]["instantiatedVnfInfo"]["vnfcResourceInfo"].append(vnfc)
-    tacker.instances[inst]["vnfdId"] = VNFD
-    tacker.packages[VNFD] = package()
-    openstack.ports[(stack, STORAGE_CP)] = PortAddresses((store.address,))
-    openstack.volumes[(stack, "storage_server_volume")] = (loop_device,)
+    vnfc = add_storage_vnfc(tacker, openstack, inst, store.address, loop_device)
 
     base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
     settings = base.model_copy(update={"ssh": ssh_settings, "cluster": SETTINGS})
