@@ -26,7 +26,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from handlers import steps
+from handlers import steps, storage_steps
 from handlers.job import ClusterHandler, ClusterJob
 from handlers.toolkit import kubeadm, kubectl
 from schemas.hooks import DRAIN_HANDLER, REQUEST_STEP, SELECT_STEP, drain_key
@@ -111,10 +111,15 @@ class DrainLeaving(ClusterHandler):
                 steps.load_params(job),
                 steps.survey_nodes(job),
                 select_leaving(job),
+                storage_steps.release_pvs(job, REQUEST, SELECT),
                 drain_leaving(job),
             ]
 
         return (
             drain_request(job),
-            StepsFor("load-params, discover, select-leaving, drain-leaving", REQUEST, expand),
+            StepsFor(
+                "load-params, discover, select-leaving, release-pvs, drain-leaving",
+                REQUEST,
+                expand,
+            ),
         )

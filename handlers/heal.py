@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers import steps
+from handlers import steps, storage_steps
 from handlers.job import ClusterHandler, ClusterJob
 from subscriber.kernel import PlanItem
 
@@ -44,6 +44,9 @@ class HealCluster(ClusterHandler):
             steps.label_workers(job),
             steps.haproxy_backends(job),
             steps.install_helm(job),
+            storage_steps.storage_server(job),
+            storage_steps.nfs_client(job),
+            storage_steps.register_pvs(job),
             steps.admin_token(job),
             steps.cluster_access(job),
             steps.write_back(job),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers import steps
+from handlers import steps, storage_steps
 from handlers.job import ClusterHandler, ClusterJob
 from handlers.validate import ValidateParams
 from subscriber.config import ClusterSettings
@@ -38,6 +38,9 @@ class InstantiateCluster(ClusterHandler):
             steps.join_workers(job),
             steps.label_workers(job),
             steps.install_helm(job),
+            storage_steps.storage_server(job),
+            storage_steps.nfs_client(job),
+            storage_steps.register_pvs(job),
             steps.admin_token(job),
             steps.cluster_access(job),
             steps.register_vim(job),

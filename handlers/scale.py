@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers import steps
+from handlers import steps, storage_steps
 from handlers.job import ClusterHandler, ClusterJob
 from subscriber.kernel import PlanItem
 
@@ -38,5 +38,6 @@ class ScaleCluster(ClusterHandler):
             steps.configure_proxy(job),
             steps.join_workers(job),
             steps.label_workers(job),
+            storage_steps.nfs_client(job),
             steps.reconcile_membership(job),
         )

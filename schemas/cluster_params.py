@@ -10,8 +10,8 @@ reference/TACKER.md §1.2), plus our own optional SSH fields:
   ``storage_server``, ``pv_registration_params``.
 * v2: both node groups require ``vdu_id`` and ``nic_cp_name``; ``pod_cidr``
   defaults to 10.0.0.0/8. Tacker's v2 driver has none of the extras; we apply
-  ``proxy`` and ``helm_installation_script_path`` with either API and refuse
-  the others with v2.
+  ``proxy``, ``helm_installation_script_path``, ``storage_server`` and
+  ``pv_registration_params`` with either API and refuse the others with v2.
 * ours, per node group: ``ssh_private_key_path`` (a key file on the
   subscriber's host; then ``password`` may be left out), ``known_hosts``
   (OpenSSH known_hosts lines pinning the VMs' host keys), ``ssh_port``.
@@ -219,17 +219,9 @@ class K8sClusterInstallationParams(_Params):
     def _cross_checks(self, info: ValidationInfo) -> K8sClusterInstallationParams:
         self._api = _api(info)
         if self._api == "v2":
-            extras = [
-                name
-                # proxy and helm_installation_script_path we apply with either API.
-                for name in ("storage_server",)
-                if getattr(self, name) is not None
-            ]
-            extras += [
-                name
-                for name in ("private_registry_connection_info", "pv_registration_params")
-                if getattr(self, name)
-            ]
+            # proxy, helm_installation_script_path, storage_server and
+            # pv_registration_params we apply with either API.
+            extras = [name for name in ("private_registry_connection_info",) if getattr(self, name)]
             if extras:
                 raise ValueError(f"not supported with the v2 API: {', '.join(extras)}")
         # Only values the user gave: Tacker's own v2 defaults overlap each other.

@@ -255,6 +255,8 @@ class ClusterSettings(_Section):
     token_wait_timeout: float = Field(default=60.0, gt=0)
     # The user's helm_installation_script_path on one master (Tacker's HELM_INSTALL_TIMEOUT).
     helm_timeout: float = Field(default=300.0, gt=0)
+    # A registered PersistentVolume must be Available within this (Tacker: 5 x 30 s).
+    pv_available_timeout: float = Field(default=150.0, gt=0)
 
     @field_validator("script_env")
     @classmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -181,6 +182,34 @@ class OpenStackClient(Component):
         )
         floating = attributes.get("floating_ip_address")
         return PortAddresses(fixed_ips=fixed, floating_ip=str(floating) if floating else None)
+
+    async def volume_devices(self, stack_id: str, volume_name: str) -> tuple[str, ...]:
+        """The devices a Cinder volume resource is attached as (``attributes.attachments``,
+        where Tacker's driver reads the storage server's device), in attachment order.
+
+        Raises:
+            OpenStackNotFound: no such stack or resource.
+            OpenStackUnavailable: OpenStack did not answer (retriable).
+            OpenStackError: anything else OpenStack refused.
+        """
+        what = f"Heat resource {volume_name} of stack {stack_id}"
+        path = f"/stacks/{quote(stack_id, safe='/')}/resources/{quote(volume_name, safe='')}"
+
+        def get(conn: Any) -> dict[str, Any]:
+            response = conn.orchestration.get(path, raise_exc=False)
+            if response.status_code >= 400:
+                raise _status_error(response.status_code, what)
+            body: dict[str, Any] = response.json()
+            return body
+
+        attributes = ((await self._call(what, get)).get("resource") or {}).get("attributes") or {}
+        attached = attributes.get("attachments_list") or attributes.get("attachments") or ()
+        if isinstance(attached, str):  # older Heat: a JSON text
+            try:
+                attached = json.loads(attached)
+            except ValueError:
+                attached = ()
+        return tuple(str(a["device"]) for a in attached if isinstance(a, dict) and a.get("device"))
 
     async def server_host(self, server_id: str) -> str | None:
         """Nova's ``OS-EXT-SRV-ATTR:host`` of ``server_id`` (None when hidden by policy).

@@ -105,6 +105,7 @@ class FakeOpenStack:
     hosts: dict[str, str] = field(default_factory=dict)
     zones: dict[str, str] = field(default_factory=dict)
     anti_affinity: set[str] = field(default_factory=set)  # server ids in such a group
+    volumes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
 
     async def port_addresses(self, stack_id: str, cp_name: str) -> PortAddresses:
@@ -125,6 +126,14 @@ class FakeOpenStack:
             availability_zone=self.zones.get(server_id, "nova"),
             anti_affinity=server_id in self.anti_affinity,
         )
+
+    async def volume_devices(self, stack_id: str, volume_name: str) -> tuple[str, ...]:
+        self.calls.append((stack_id, volume_name))
+        try:
+            return self.volumes[(stack_id, volume_name)]
+        except KeyError:
+            what = f"Heat resource {volume_name} of stack {stack_id}"
+            raise OpenStackNotFound(f"{what}: 404") from None
 
 
 def k8s_params(

@@ -131,6 +131,10 @@ class OpenStackLookups(Protocol):
         """The server's compute host, availability zone and anti-affinity group membership."""
         ...
 
+    async def volume_devices(self, stack_id: str, volume_name: str) -> tuple[str, ...]:
+        """``GET stacks/{stack_id}/resources/{volume_name}`` -> each attachment's device."""
+        ...
+
 
 # ---------------------------------------------------------------------- SSH
 

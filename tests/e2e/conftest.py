@@ -44,6 +44,7 @@ def host_sim(hosts: Any) -> Iterator[SimProcess]:
     proc = SimProcess(
         server_pool=",".join(h.address for h in hosts.hosts),
         vip_pool=hosts.unused_address,
+        loop_volumes=True,  # Cinder volumes are loop devices (the storage server's)
     )
     proc.start()
     yield proc

@@ -24,6 +24,7 @@ async def _main(args: argparse.Namespace) -> None:
         username=args.username or defaults.username,
         password=args.password or defaults.password,
         project_name=args.project or defaults.project_name,
+        loop_volumes=args.loop_volumes,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -42,6 +43,9 @@ def main() -> None:
     p.add_argument("--username")
     p.add_argument("--password")
     p.add_argument("--project")
+    p.add_argument(
+        "--loop-volumes", action="store_true", help="back Cinder volumes with loop devices (root)"
+    )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_main(p.parse_args()))
     sys.exit(0)

@@ -46,6 +46,7 @@ from typing import Any
 from aiohttp import web
 
 from .heat import AddressPool, HeatEngine, HeatError, Stack, parse_template
+from .volumes import LoopDevices, VolumeRegistry
 
 __all__ = ["Fault", "OpenStackSim", "SimConfig", "vim_connection_info"]
 
@@ -76,6 +77,8 @@ class SimConfig:
     floating_pool: str = "192.0.2.100-192.0.2.149"
     compute_hosts: tuple[str, ...] = ("compute-0", "compute-1", "compute-2")
     zone: str = "nova"
+    # Back each Cinder volume with a loop device (root only; see volumes.py).
+    loop_volumes: bool = False
 
 
 @dataclass(kw_only=True)
@@ -141,6 +144,7 @@ class OpenStackSim:
             floating_pool=AddressPool.parse("floating", self.config.floating_pool),
             compute_hosts=list(self.config.compute_hosts),
             zone=self.config.zone,
+            volumes=VolumeRegistry(LoopDevices() if self.config.loop_volumes else None),
         )
         self.faults: list[Fault] = []
         self.calls: list[dict[str, Any]] = []
@@ -178,6 +182,7 @@ class OpenStackSim:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        self.engine.volumes.close()
 
     async def __aenter__(self) -> OpenStackSim:
         await self.start()

@@ -13,6 +13,9 @@ What it does
     * ``OS::Neutron::Port`` takes an address from an :class:`AddressPool`: ports that a
       server uses take one from the server pool, others (a VIP) from the VIP pool;
       ``OS::Neutron::FloatingIP`` takes one from the floating pool.
+    * ``OS::Cinder::Volume`` and ``OS::Cinder::VolumeAttachment``, and a server's
+      ``block_device_mapping_v2``: see :mod:`tests.openstack_sim.volumes` (what is
+      simulated of a volume, and its loop device on the test hosts).
 
 What it leaves out
     Conditions, outputs, environments, most intrinsics, rollback, real asynchrony
@@ -33,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from .volumes import VolumeRegistry
 
 __all__ = ["AddressPool", "HeatEngine", "HeatError", "Resource", "Stack"]
 
@@ -211,6 +216,7 @@ class HeatEngine:
         compute_hosts: ``OS-EXT-SRV-ATTR:host`` values, handed out round robin.
         zone: the availability zone of every server.
         clock: returns "now" (UTC); tests may replace it.
+        volumes: the Cinder volumes (loop devices behind them, or none).
     """
 
     def __init__(
@@ -222,7 +228,9 @@ class HeatEngine:
         compute_hosts: list[str],
         zone: str = "nova",
         clock: Callable[[], dt.datetime] | None = None,
+        volumes: VolumeRegistry | None = None,
     ) -> None:
+        self.volumes = volumes or VolumeRegistry()
         self.server_pool = server_pool
         self.vip_pool = vip_pool
         self.floating_pool = floating_pool
@@ -491,6 +499,23 @@ class HeatEngine:
             }
         elif rtype == "OS::Nova::Server":
             self._create_server(res)
+        elif rtype == "OS::Cinder::Volume":
+            volume = self.volumes.create(
+                props.get("name") or f"{res.stack.name}-{res.name}", props.get("size")
+            )
+            res.physical_id = volume["id"]
+            res.attributes = self.volumes.attributes(volume)
+        elif rtype == "OS::Cinder::VolumeAttachment":
+            try:
+                attachment = self.volumes.attach(
+                    str(props.get("volume_id") or ""),
+                    str(props.get("instance_uuid") or ""),
+                    props.get("mountpoint"),
+                )
+            except KeyError as exc:
+                raise HeatError(f"{res.name}: no volume {exc}") from None
+            res.physical_id = attachment["attachment_id"]
+            res.attributes = {"device": attachment["device"]}
         elif rtype == "OS::Nova::ServerGroup":
             res.physical_id = str(uuid.uuid4())
             self.server_groups[res.physical_id] = {
@@ -637,6 +662,17 @@ class HeatEngine:
             "metadata": {},
             "port_ids": port_ids,
         }
+        attached = []
+        for bdm in props.get("block_device_mapping_v2") or []:
+            if isinstance(bdm, dict) and bdm.get("volume_id"):
+                try:
+                    self.volumes.attach(
+                        str(bdm["volume_id"]), res.physical_id, bdm.get("device_name")
+                    )
+                except KeyError as exc:
+                    raise HeatError(f"{res.name}: no volume {exc}") from None
+                attached.append({"id": str(bdm["volume_id"])})
+        self.servers[res.physical_id]["os-extended-volumes:volumes_attached"] = attached
         res.attributes = {
             "name": name,
             "addresses": addresses,
@@ -665,6 +701,11 @@ class HeatEngine:
             for port in self.ports.values():
                 if port["device_id"] == res.physical_id:
                     port["device_id"] = ""
+            self.volumes.detach(server_id=res.physical_id)
+        elif res.type == "OS::Cinder::VolumeAttachment":
+            self.volumes.detach(attachment_id=res.physical_id)
+        elif res.type == "OS::Cinder::Volume":
+            self.volumes.delete(res.physical_id)
         elif res.type == "OS::Nova::ServerGroup":
             self.server_groups.pop(res.physical_id, None)
         res.status = "DELETE_COMPLETE"

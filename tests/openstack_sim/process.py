@@ -23,13 +23,21 @@ _REPO = Path(__file__).resolve().parents[2]
 
 
 class SimProcess:
-    """Arguments: server_pool / vip_pool: address pools (see :class:`SimConfig`)."""
+    """Arguments: server_pool / vip_pool: address pools (see :class:`SimConfig`);
+    loop_volumes: Cinder volumes get loop devices (see ``volumes.py``)."""
 
-    def __init__(self, *, server_pool: str | None = None, vip_pool: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        server_pool: str | None = None,
+        vip_pool: str | None = None,
+        loop_volumes: bool = False,
+    ) -> None:
         defaults = SimConfig()
         self.config = SimConfig(
             server_pool=server_pool or defaults.server_pool,
             vip_pool=vip_pool or defaults.vip_pool,
+            loop_volumes=loop_volumes,
         )
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
@@ -47,6 +55,7 @@ class SimProcess:
             self.config.server_pool,
             "--vip-pool",
             self.config.vip_pool,
+            *(["--loop-volumes"] if self.config.loop_volumes else []),
         ]
         self.proc = subprocess.Popen(
             cmd,

@@ -865,7 +865,9 @@ def kubectl_cmd(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
             if objects.pop(key, None) is None:
                 raise Fail(f'Error from server (NotFound): secrets "{pos[2]}" not found')
             return f'secret "{pos[2]}" deleted\n'
-        raise Fail("stand-in kubectl delete supports: node NAME, secret NAME")
+        if len(pos) >= 3 and pos[1] in VOLUME_KINDS:
+            return delete_volumes(state, VOLUME_KINDS[pos[1]], pos[2:], args)
+        raise Fail("stand-in kubectl delete supports: node, secret, pv, pvc NAME")
     if verb in ("create", "apply"):
         if len(pos) >= 3 and pos[1] == "clusterrolebinding":
             return create_objects(
@@ -883,6 +885,8 @@ def kubectl_cmd(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
         path = opt(args, "-f") or opt(args, "--filename")
         if not path:
             raise Fail("error: must specify one of -f and -k")
+        if path == "-":
+            return create_objects(state, parse_manifests(sys.stdin.read()), verb)
         with open(path) as fh:
             return create_objects(state, parse_manifests(fh.read()), verb)
     raise Fail(f'error: unknown command "{verb}" for "kubectl" (stand-in)')
@@ -923,6 +927,8 @@ def kubectl_get(state: dict[str, Any], pos: list[str], args: list[str]) -> str:
             for o in found
         ]
         return output(args, found, bool(names), (["NAME", "TYPE", "DATA", "AGE"], rows))
+    if kind in VOLUME_KINDS:
+        return get_volumes(state, VOLUME_KINDS[kind], names, args)
     if kind in ("pod", "pods", "po"):
         fmt = opt(args, "-o") or opt(args, "--output")
         if fmt == "json":
@@ -972,7 +978,8 @@ def create_objects(state: dict[str, Any], docs: list[dict[str, Any]], verb: str)
         kind = doc.get("kind", "")
         meta = doc.get("metadata") or {}
         name = meta.get("name", "")
-        ns = meta.get("namespace") or ("" if kind.startswith("Cluster") else "default")
+        cluster_scoped = kind.startswith("Cluster") or kind == "PersistentVolume"
+        ns = "" if cluster_scoped else meta.get("namespace") or "default"
         key = f"{kind}/{ns}/{name}"
         if key in objects and verb == "create":
             raise Fail(
@@ -998,9 +1005,101 @@ def create_objects(state: dict[str, Any], docs: list[dict[str, Any]], verb: str)
                 "ca.crt": base64.b64encode(state["cluster"]["ca_crt"].encode()).decode(),
                 "namespace": base64.b64encode(ns.encode()).decode(),
             }
-        objects[key] = obj
         action = "created" if verb == "create" or key not in objects else "configured"
+        if kind in ("PersistentVolume", "PersistentVolumeClaim"):
+            obj = volume_object(state, doc, key, objects.get(key))
+        objects[key] = obj
         out.append(f"{kind.lower()}/{name} {action}\n")
+    return "".join(out)
+
+
+# ---- PersistentVolumes and their claims --------------------------------------------
+#
+# As the PV controller makes them: a new PV is Available; a claim naming a PV
+# (spec.volumeName) that is Available binds it (both Bound, the PV's claimRef set); a
+# deleted claim leaves its PV Released (reclaim policy Retain); a Bound PV is
+# deleted only once its claim is gone (the pv-protection finalizer: it waits).
+
+VOLUME_KINDS = {
+    "pv": "PersistentVolume",
+    "persistentvolume": "PersistentVolume",
+    "persistentvolumes": "PersistentVolume",
+    "pvc": "PersistentVolumeClaim",
+    "persistentvolumeclaim": "PersistentVolumeClaim",
+    "persistentvolumeclaims": "PersistentVolumeClaim",
+}
+
+
+def volume_object(
+    state: dict[str, Any], doc: dict[str, Any], key: str, before: dict[str, Any] | None
+) -> dict[str, Any]:
+    kind, meta = doc["kind"], doc.get("metadata") or {}
+    if before is not None and kind == "PersistentVolume":
+        if before["spec"].get("nfs") != (doc.get("spec") or {}).get("nfs"):
+            raise Fail(
+                f'The PersistentVolume "{meta.get("name")}" is invalid: '
+                "spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is "
+                "immutable after creation"
+            )
+        return before
+    obj = {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {"name": meta.get("name", ""), "created": time.time()},
+        "created": time.time(),
+        "type": "",
+        "data": {},
+        "spec": dict(doc.get("spec") or {}),
+        "status": {"phase": "Available" if kind == "PersistentVolume" else "Pending"},
+    }
+    if kind == "PersistentVolumeClaim":
+        ns = meta.get("namespace") or "default"
+        obj["metadata"]["namespace"] = ns
+        pv = state["objects"].get(f"PersistentVolume//{obj['spec'].get('volumeName', '')}")
+        if pv is not None and pv["status"]["phase"] == "Available":
+            pv["status"]["phase"] = obj["status"]["phase"] = "Bound"
+            pv["spec"]["claimRef"] = {"kind": kind, "namespace": ns, "name": meta.get("name")}
+    return obj
+
+
+def _volume_key(kind: str, name: str, args: list[str]) -> str:
+    ns = "" if kind == "PersistentVolume" else ns_of(args)
+    return f"{kind}/{ns}/{name}"
+
+
+def get_volumes(state: dict[str, Any], kind: str, names: list[str], args: list[str]) -> str:
+    objects = state.get("objects", {})
+    ns = "" if kind == "PersistentVolume" else ns_of(args)
+    found = [o for k, o in sorted(objects.items()) if k.startswith(f"{kind}/{ns}/")]
+    if names:
+        found = [o for o in found if o["metadata"]["name"] in names]
+        if not found:
+            plural = "persistentvolumes" if kind == "PersistentVolume" else "persistentvolumeclaims"
+            raise Fail(f'Error from server (NotFound): {plural} "{names[0]}" not found')
+    items = [{k: o[k] for k in ("apiVersion", "kind", "metadata", "spec", "status")} for o in found]
+    rows = [[o["metadata"]["name"], o["status"]["phase"], age(o["created"])] for o in found]
+    return output(args, items, bool(names), (["NAME", "STATUS", "AGE"], rows))
+
+
+def delete_volumes(state: dict[str, Any], kind: str, names: list[str], args: list[str]) -> str:
+    objects = state.setdefault("objects", {})
+    out = []
+    for name in names:
+        key = _volume_key(kind, name, args)
+        obj = objects.get(key)
+        if obj is None:
+            if flag(args, "--ignore-not-found"):
+                continue
+            raise Fail(f'Error from server (NotFound): {kind.lower()}s "{name}" not found')
+        if kind == "PersistentVolume" and obj["status"]["phase"] == "Bound":
+            # pv-protection: the deletion waits for the claim; we refuse instead of waiting.
+            raise Fail(f'persistentvolume "{name}" is Bound: its claim must go first')
+        del objects[key]
+        if kind == "PersistentVolumeClaim":
+            pv = objects.get(f"PersistentVolume//{obj['spec'].get('volumeName', '')}")
+            if pv is not None and pv["status"]["phase"] == "Bound":
+                pv["status"]["phase"] = "Released"
+        out.append(f'{kind.lower()} "{name}" deleted\n')
     return "".join(out)
 
 

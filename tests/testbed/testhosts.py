@@ -85,6 +85,7 @@ BLOCK_PREFIX = 27
 BASE_ROOT = Path("/run/lccn-testhosts")
 HERE = Path(__file__).resolve().parent
 STANDIN = HERE / "k8s_standin.py"
+EXPORTFS = HERE / "exportfs_ganesha.py"  # exportfs backed by NFS-Ganesha (the storage server)
 KUBELET_STANDIN = HERE / "kubelet_standin.py"
 SYSTEMCTL_SHIM = HERE / "systemctl_shim.sh"
 K8S_VERSION = "1.20.2"
@@ -117,6 +118,9 @@ PRIVATE_DIRS = (
     "/etc/apt/apt.conf.d",
     "/etc/systemd/system",
     "/var/lib/lccn-subscriber",
+    # the storage server: its volume's mount point (/srv/...) and its exports
+    "/srv",
+    "/etc/exports.d",
 )
 # Also private in the real mode: kubeadm reset empties them.
 REAL_PRIVATE_DIRS = ("/var/lib/cni", "/var/lib/dockershim", "/var/run/kubernetes", "/etc/cni/net.d")
@@ -333,7 +337,17 @@ def _write_standins(bed: TestBed) -> Path:
             f"exec /usr/bin/python3 '{standin}' {tool} \"$@\"\n"
         )
         script.chmod(0o755)
+    _write_exportfs(bin_dir)
     return bin_dir
+
+
+def _write_exportfs(bin_dir: Path) -> None:
+    """``exportfs`` on every host: the exports served by NFS-Ganesha (see its docstring)."""
+    target = bin_dir / EXPORTFS.name
+    shutil.copyfile(EXPORTFS, target)
+    script = bin_dir / "exportfs"
+    script.write_text(f"#!/bin/sh\nexec /usr/bin/python3 '{target}' \"$@\"\n")
+    script.chmod(0o755)
 
 
 def _write_real_tools(bed: TestBed) -> Path:
@@ -356,6 +370,7 @@ def _write_real_tools(bed: TestBed) -> Path:
     systemctl = bin_dir / "systemctl"
     shutil.copyfile(SYSTEMCTL_SHIM, systemctl)
     systemctl.chmod(0o755)
+    _write_exportfs(bin_dir)
     return bin_dir
 
 

@@ -196,12 +196,11 @@ def test_cidrs_must_not_overlap() -> None:
 
 def test_v2_rejects_v1_only_features_but_takes_proxy_and_helm() -> None:
     data = copy.deepcopy(V2_SIMPLE)
-    data["k8s_cluster_installation_param"]["storage_server"] = {
-        "ssh_cp_name": "storage_CP1",
-        "username": "ubuntu",
-        "password": "ubuntu",
-    }
-    assert "not supported with the v2 API: storage_server" in next(iter(problems(data).values()))
+    data["k8s_cluster_installation_param"]["private_registry_connection_info"] = [
+        {"connection_type": "0", "server": "registry.example:5000"}
+    ]
+    message = next(iter(problems(data).values()))
+    assert "not supported with the v2 API: private_registry_connection_info" in message
     # We apply these two with either API (Tacker's v2 driver has neither).
     data = copy.deepcopy(V2_SIMPLE)
     data["k8s_cluster_installation_param"]["proxy"] = V1_SIMPLE["k8s_cluster_installation_param"][
