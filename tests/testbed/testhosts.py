@@ -276,7 +276,11 @@ def _block_is_stale(path: Path) -> bool:
     try:
         owner = (path / "owner").read_text().strip()
     except OSError:
-        return True
+        # No owner yet: taken a moment ago (mkdir, then the owner file), unless long ago.
+        try:
+            return time.time() - path.stat().st_mtime > 60
+        except OSError:
+            return False
     # Alive while its creator runs or any of its sshd do (`up` from the CLI exits).
     pids: list[int] = []
     with contextlib.suppress(OSError, ValueError):
