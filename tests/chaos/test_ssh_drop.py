@@ -65,6 +65,10 @@ def _effects(bed: Any) -> list[tuple[int, str]]:
     return [(int(e), what) for e, _job, what in (ln.split() for ln in log.read_text().splitlines())]
 
 
+def _starts(bed: Any) -> list[int]:
+    return [e for e, w in _effects(bed) if w == "start"]
+
+
 def _open_runs(bed: Any) -> set[int]:
     effects = _effects(bed)
     return {e for e, w in effects if w == "start"} - {e for e, w in effects if w == "end"}
@@ -136,6 +140,9 @@ async def test_a_dropped_ssh_connection_fails_the_step_clearly_and_a_replay_neve
             async with asyncio.timeout(30):
                 while _open_runs(host_bed):
                     await asyncio.sleep(0.1)
+            again = [e for e, n in Counter(_starts(host_bed)).items() if n > 1]
+            assert not again, f"remote steps run again after the drop: events {again}"
+            assert failed, "no step was cut off by the drop"
             replay = await asyncio.to_thread(
                 subprocess.run,
                 [
@@ -159,8 +166,7 @@ async def test_a_dropped_ssh_connection_fails_the_step_clearly_and_a_replay_neve
         finally:
             serve.stop()
 
-    host_effects = _effects(host_bed)
-    starts = Counter(e for e, w in host_effects if w == "start")
+    starts = Counter(_starts(host_bed))
     double = sum(n - 1 for n in starts.values() if n > 1)
     completed = sum(1 for b in stream.acked if b["operationState"] == "COMPLETED")
     # The side-effect log of this scenario is the host's.
@@ -173,7 +179,6 @@ async def test_a_dropped_ssh_connection_fails_the_step_clearly_and_a_replay_neve
             replay_skipped=skipped[0][0],
         )
     )
-    assert failed, "no step was cut off by the drop"
     assert {c for _, c, _ in failed} == {"interrupted"}, failed
     assert all("not retried" in (err or "") for _, _, err in failed)
     assert statuses == Counter({"done": sum(statuses.values())}), statuses
