@@ -184,4 +184,7 @@ async def test_a_dropped_ssh_connection_fails_the_step_clearly_and_a_replay_neve
     assert statuses == Counter({"done": sum(statuses.values())}), statuses
     assert double == 0, "a remote step ran twice on the host"
     assert len(starts) == completed, "a COMPLETED was not applied on the host"
-    assert skipped[0][0] >= len(failed)
+    # The runs cut off went on to the end on the host: their replays find them done.
+    cut_and_failed = cut & {e for e, _, _ in failed}
+    assert cut_and_failed, (cut, failed)
+    assert skipped[0][0] >= len(cut_and_failed)
