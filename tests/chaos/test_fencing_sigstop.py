@@ -118,7 +118,8 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
         assert "lost the lease of a running lane" in a.log.read_text()
         # Figures for the report.
         print(
-            f"\nfencing: events sent={len(bodies)} acked={acked} stored={len(before['events'])} "
+            f"\nchaos SIGSTOP fencing: events sent={len(bodies)} acked={acked} "
+            f"stored={len(before['events'])} "
             f"done={statuses.count('done')} failed(interrupted)={statuses.count('failed')} "
             f"step runs={sum(m.what == 'start' for m in all_marks)} "
             f"double runs={double_runs(all_marks)} max token={lease_tokens[0][0]} "
