@@ -233,6 +233,8 @@ def _ssh_errors(
     except OSError as exc:  # refused, unreachable, DNS, reset
         # asyncio's connect errors carry "Connect call failed (...)" as strerror.
         reason = os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
+        if not connecting:  # a reset of a connection in use: the command may have run
+            raise _error(SshConnectionLost, f"{action} {host}: {reason}", host) from exc
         raise _error(SshConnectError, f"{action} {host}: {reason}", host) from exc
     except asyncssh.Error as exc:
         raise _error(

@@ -114,6 +114,7 @@ def test_error_classes() -> None:
         (asyncssh.ConnectionLost("reset"), False, True),  # mid-command: it may have run
         (asyncssh.ConnectionLost("reset"), True, False),  # while connecting: nothing ran
         (asyncssh.ChannelOpenError(1, "refused"), False, False),  # no session: nothing ran
+        (ConnectionResetError(104, "reset"), False, True),  # a reset mid-command
     ],
 )
 def test_a_lost_connection_says_whether_the_command_may_have_run(
@@ -123,6 +124,13 @@ def test_a_lost_connection_says_whether_the_command_may_have_run(
     with pytest.raises(SshConnectionLost) as info, translated:
         raise raised
     assert info.value.effect_unknown is unknown
+
+
+def test_a_connection_refused_while_connecting_ran_nothing() -> None:
+    translated = _ssh_errors("root@h:22", "cannot connect to", connecting=True)
+    with pytest.raises(SshConnectError) as info, translated:
+        raise ConnectionRefusedError(111, "refused")
+    assert info.value.effect_unknown is False
     assert CommandTimeout.effect_unknown and not SshConnectError.effect_unknown
 
 
