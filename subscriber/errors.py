@@ -112,11 +112,15 @@ class LccnError(Exception):
 
     Attributes:
         retriable: the operation may succeed if tried again later.
+        effect_unknown: the failure cut off work that may already have had its
+            effect (a connection lost mid-command): a step that is not
+            idempotent must not be retried blindly after it.
         error_class: a short stable name used in stored failures and metrics.
         vnf_instance_id, job_id, step: where it happened, when known.
     """
 
     retriable: bool = False
+    effect_unknown: bool = False
     error_class: str = "error"
 
     def __init__(
@@ -330,12 +334,14 @@ class SshConnectError(TransientStepError, SshError):
 
 class SshConnectionLost(TransientStepError, SshError):
     error_class = "ssh-connection-lost"
+    effect_unknown = True  # the remote command may have run, or may still be running
 
 
 class CommandTimeout(TransientStepError, SshError):
     """The command ran past its timeout; ``result`` holds the output seen so far."""
 
     error_class = "ssh-command-timeout"
+    effect_unknown = True
 
 
 class HostKeyRejected(PermanentStepError, SshError):

@@ -74,6 +74,13 @@ def classify(exc: BaseException, retry: RetryClass) -> _Failure:
     return _Failure(retriable, error_class, redact_text(message))
 
 
+def _effect_unknown(exc: BaseException, step: Step) -> bool:
+    """Whether ``exc`` cut off work that may have had its effect (a lost SSH connection,
+    a remote command past its timeout); a step that says ``RetryClass.ALWAYS`` decides
+    for itself."""
+    return step.retry is RetryClass.AUTO and getattr(exc, "effect_unknown", False) is True
+
+
 class _StepFailed(Exception):
     def __init__(self, step: str, failure: _Failure) -> None:
         super().__init__(failure.message)
@@ -327,6 +334,14 @@ class Runner:
         except Exception as exc:
             self._observe_step(step.name, "failed", started_at)
             failure = classify(exc, step.retry)
+            if not step.idempotent and failure.retriable and _effect_unknown(exc, step):
+                # Like a kill mid-step: the effect may be there, so no blind retry.
+                failure = _Failure(
+                    False,
+                    StepInterrupted.error_class,
+                    f"{failure.message}; the step is not idempotent and may have begun "
+                    "its effect, so it is not retried (check the node, then replay)",
+                )
             # SSH failures carry the command's stdout/stderr tails: keep them for the operator.
             failed = outcome(StepStatus.FAILED, error=failure.message, output=failure_output(exc))
             await asyncio.shield(self._store.jobs.step_finished(job.id, failed, fence=fence))

@@ -190,9 +190,19 @@ _PERMANENT_SFTP = (
 
 @contextlib.contextmanager
 def _ssh_errors(
-    host: str, action: str, secrets: Sequence[str] = (), client: _PolicyClient | None = None
+    host: str,
+    action: str,
+    secrets: Sequence[str] = (),
+    client: _PolicyClient | None = None,
+    *,
+    connecting: bool = False,
 ) -> Iterator[None]:
-    """Translate asyncssh and socket errors into the executor's error tree."""
+    """Translate asyncssh and socket errors into the executor's error tree.
+
+    ``connecting``: nothing has run on the host yet, so a lost connection
+    leaves no effect behind (``effect_unknown`` is false), as does a channel
+    the server refused to open.
+    """
     try:
         yield
     except LccnError:
@@ -213,13 +223,18 @@ def _ssh_errors(
         ) from exc
     except (asyncssh.ChannelOpenError, asyncssh.ConnectionLost, asyncssh.DisconnectError) as exc:
         raise _error(
-            SshConnectionLost, f"{action} {host}: {mask_secrets(str(exc), secrets)}", host
+            SshConnectionLost,
+            f"{action} {host}: {mask_secrets(str(exc), secrets)}",
+            host,
+            effect_unknown=not (connecting or isinstance(exc, asyncssh.ChannelOpenError)),
         ) from exc
     except TimeoutError as exc:
         raise _error(SshConnectError, f"{action} {host}: timed out", host) from exc
     except OSError as exc:  # refused, unreachable, DNS, reset
         # asyncio's connect errors carry "Connect call failed (...)" as strerror.
         reason = os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
+        if not connecting:  # a reset of a connection in use: the command may have run
+            raise _error(SshConnectionLost, f"{action} {host}: {reason}", host) from exc
         raise _error(SshConnectError, f"{action} {host}: {reason}", host) from exc
     except asyncssh.Error as exc:
         raise _error(
@@ -363,7 +378,7 @@ class SshPool(Component):
         keys = [str(p) for p in (*target.client_keys, *self._settings.client_keys)]
         client = _PolicyClient(self._known_hosts, self._policy, port, target.known_hosts)
         started = time.monotonic()
-        with _ssh_errors(host, "cannot connect to", [password or ""], client):
+        with _ssh_errors(host, "cannot connect to", [password or ""], client, connecting=True):
             async with asyncio.timeout(self._settings.connect_timeout):
                 conn, _ = await asyncssh.create_connection(
                     lambda: client,

@@ -22,7 +22,8 @@ from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
 NON_IDEMPOTENT = frozenset({"apply"})
 
 
-def _mark(ctx: JobContext, step: str, what: str) -> None:
+def mark(ctx: JobContext, step: str, what: str) -> None:
+    """Append one line to the side-effect log (see the module docstring)."""
     line = (
         f"{time.time():.6f} {os.getpid()} {ctx.event_id} {ctx.job_id} {step} {what} "
         f"{ctx.vnf_instance_id}\n"
@@ -33,9 +34,9 @@ def _mark(ctx: JobContext, step: str, what: str) -> None:
 
 def _step(name: str, seconds: float) -> Step:
     async def run(ctx: JobContext) -> None:
-        _mark(ctx, name, "start")
+        mark(ctx, name, "start")
         await asyncio.sleep(seconds)
-        _mark(ctx, name, "end")
+        mark(ctx, name, "end")
 
     return Step(name, run, idempotent=name not in NON_IDEMPOTENT, timeout=60.0)
 

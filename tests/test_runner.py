@@ -11,7 +11,13 @@ import aiohttp
 import pytest
 
 from schemas import Notification
-from subscriber.errors import PermanentStepError, SkipStep, TransientStepError
+from subscriber.errors import (
+    PermanentStepError,
+    SkipStep,
+    SshConnectError,
+    SshConnectionLost,
+    TransientStepError,
+)
 from subscriber.kernel import HandlerRegistry, JobContext, Plan, RetryClass, Step
 from subscriber.store import JobStatus, StepStatus
 from tests.conftest import ServiceFactory, callback_url, wait_settled
@@ -231,6 +237,38 @@ async def test_timeout_of_a_non_idempotent_step_is_never_rerun(
     event, job, _ = await _job(svc)
     assert event.status == "failed" and job.error_class == "interrupted"
     assert calls["once"] == 1
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_lost_ssh_connection_is_retried_only_for_an_idempotent_step(
+    start_service: ServiceFactory, http: aiohttp.ClientSession, idempotent: bool
+) -> None:
+    # The remote command may have run (or still run) when the connection broke:
+    # a step that is not idempotent must not be run again blindly.
+    lost = SshConnectionLost("run on root@10.0.0.5:22: connection lost", host="root@10.0.0.5:22")
+    h = Scripted(["remote"], faults={"remote": [lost]}, idempotent={"remote": idempotent})
+    svc = await start_service(registry=reg(h), backoff_initial=0.01)
+    await _send(http, callback_url(svc))
+    event, job, steps = await _job(svc)
+    if idempotent:
+        assert event.status == "done" and h.calls["remote"] == 2
+    else:
+        assert event.status == "failed" and job.error_class == "interrupted"
+        assert h.calls["remote"] == 1
+        assert "not retried (check the node, then replay)" in (job.last_error or "")
+        assert steps[0].status == StepStatus.FAILED
+
+
+async def test_a_connect_failure_of_a_non_idempotent_step_is_retried(
+    start_service: ServiceFactory, http: aiohttp.ClientSession
+) -> None:
+    # Nothing ran when the host could not be reached at all.
+    refused = SshConnectError("connect to root@10.0.0.5:22: refused", host="root@10.0.0.5:22")
+    h = Scripted(["remote"], faults={"remote": [refused]}, idempotent={"remote": False})
+    svc = await start_service(registry=reg(h), backoff_initial=0.01)
+    await _send(http, callback_url(svc))
+    event, _job_row, _ = await _job(svc)
+    assert event.status == "done" and h.calls["remote"] == 2
 
 
 async def test_failing_plan_is_classified_too(

@@ -16,27 +16,21 @@ others (its pid is gone, so its leases are known dead). At the end:
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
 
 from tests.backends import pg_database
-from tests.factories import op_occ, uid
-from tests.fence_handler import double_runs, marks, overlaps
-from tests.test_fencing_process import Replica
+from tests.chaos.harness import Replica, Stream, check_store, handler_env, pg_dsn, settle
+from tests.fence_handler import marks, overlaps
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 
 ROUNDS = int(os.environ.get("LCCN_CHAOS_ROUNDS", "10"))
 SEED = int(os.environ.get("LCCN_CHAOS_SEED", str(random.randrange(1 << 30))))
-TERMINAL = ("done", "failed", "stale", "ignored")
 
 
 async def test_three_replicas_one_killed_each_round_lose_nothing_and_never_run_twice(
@@ -44,53 +38,21 @@ async def test_three_replicas_one_killed_each_round_lose_nothing_and_never_run_t
 ) -> None:
     rng = random.Random(SEED)
     effects = tmp_path / "side_effects.txt"
-    effects.touch()
-    env = {
-        "LCCN_HANDLERS__MODULES": json.dumps(["tests.fence_handler"]),
-        "LCCN_TEST_SIDE_EFFECTS": str(effects),
-        "LCCN_TEST_STEP_SECONDS": "0.05",
-        "LCCN_DISPATCH__LEASE_TTL": "3",
-        "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
-        "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
-    }
-    acked: list[dict[str, Any]] = []
-    sent = 0
+    env = handler_env(effects, 0.05, lease_ttl=3)
     killed: dict[int, tuple[float, float]] = {}  # pid -> (killed at, forever)
-    stop_stream = asyncio.Event()
     async with pg_database() as url:
-        pg = url.replace("postgresql+asyncpg://", "postgresql://")
+        pg = pg_dsn(url)
         replicas = [Replica(n, tmp_path, url, env) for n in ("a", "b", "c")]
         alive: list[Replica] = []
-
-        async def stream() -> None:
-            nonlocal sent
-            timeout = aiohttp.ClientTimeout(total=10)
-            async with aiohttp.ClientSession(timeout=timeout) as http:
-                i = 0
-                while not stop_stream.is_set():
-                    inst, occ = uid(), uid()
-                    for state in ("STARTING", "PROCESSING", "COMPLETED"):
-                        body = op_occ(instance=inst, op_occ_id=occ, state=state)
-                        targets = list(alive)
-                        if not targets:
-                            await asyncio.sleep(0.05)
-                            continue
-                        sent += 1
-                        try:
-                            async with http.post(targets[i % len(targets)].url, json=body) as r:
-                                if r.status == 204:
-                                    acked.append(body)
-                        except (TimeoutError, aiohttp.ClientError):
-                            pass  # that replica died under us: not acknowledged
-                        i += 1
-                        await asyncio.sleep(0.005)
-
+        # Round robin over the replicas alive, as behind a load balancer; a
+        # replica killed under a request leaves it unacknowledged.
+        stream = Stream(lambda: [r.url for r in alive])
         try:
             for r in replicas:
                 r.start()
                 await r.ready()
                 alive.append(r)
-            senders = [asyncio.create_task(stream()) for _ in range(4)]
+            stream.start()
             for _ in range(ROUNDS):
                 await asyncio.sleep(rng.uniform(0.5, 2.5))
                 victim = rng.choice(replicas)
@@ -101,69 +63,18 @@ async def test_three_replicas_one_killed_each_round_lose_nothing_and_never_run_t
                 victim.start()
                 await victim.ready()
                 alive.append(victim)
-            stop_stream.set()
-            async with asyncio.timeout(30):
-                await asyncio.gather(*senders)
-            async with asyncio.timeout(120):
-                while True:
-                    conn_rows = await _statuses(pg)
-                    if conn_rows and all(s in TERMINAL for s in conn_rows):
-                        break
-                    await asyncio.sleep(0.3)
-            stored = Counter(await _notification_ids(pg))
-            statuses = Counter(await _statuses(pg))
-            interrupted = await _count(
-                pg, "SELECT COUNT(*) FROM jobs WHERE error_class='interrupted'"
-            )
+            await stream.stop()
+            await settle(pg)
+            figures = await check_store(pg, stream.sent, stream.acked, effects)
         finally:
-            stop_stream.set()
             for r in replicas:
                 r.stop()
 
-    all_marks = marks(effects)
-    acked_ids = {b["id"] for b in acked}
-    doubles = double_runs(all_marks)
-    overlapping = overlaps(all_marks, killed)
+    overlapping = overlaps(marks(effects), killed)
     print(
-        f"\nchaos 3 replicas kill -9 (seed {SEED}): rounds={ROUNDS} sent={sent} "
-        f"acked={len(acked)} stored={sum(stored.values())} statuses={dict(statuses)} "
-        f"non-idempotent runs={sum(m.what == 'start' and m.step == 'apply' for m in all_marks)} "
-        f"double runs={doubles} overlapping runs={overlapping}"
+        figures.line(
+            f"3 replicas kill -9 (seed {SEED})", rounds=ROUNDS, overlapping_runs=overlapping
+        )
     )
-    assert not acked_ids - set(stored), "an acknowledged notification was lost"
-    assert max(stored.values()) == 1, "a notification was stored twice"
-    assert set(statuses) <= set(TERMINAL)
-    assert doubles == 0, "a non-idempotent step ran twice"
     assert overlapping == 0, "two replicas ran one instance at once"
-    assert statuses["failed"] == interrupted  # only steps cut off by a kill fail
-    assert len(acked) > ROUNDS * 10
-
-
-async def _count(pg: str, sql: str) -> int:
-    import asyncpg
-
-    conn = await asyncpg.connect(pg)
-    try:
-        return int(await conn.fetchval(sql))
-    finally:
-        await conn.close()
-
-
-async def _statuses(pg: str) -> list[str]:
-    import asyncpg
-
-    conn = await asyncpg.connect(pg)
-    try:
-        return [r[0] for r in await conn.fetch("SELECT status FROM events")]
-    finally:
-        await conn.close()
-
-
-async def _notification_ids(pg: str) -> list[str]:
-    import asyncpg
-
-    conn = await asyncpg.connect(pg)
-    try:
-        return [r[0] for r in await conn.fetch("SELECT notification_id FROM events")]
-    finally:
-        await conn.close()
+    assert figures.acked > ROUNDS * 10

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Start and stop a throwaway Kafka-protocol broker (Tansu, memory storage) on 127.0.0.1.
+"""Start and stop a throwaway Kafka-protocol broker (Tansu) on 127.0.0.1.
 
     python -m tests.testbed.kafka_broker start [--port P] [--log FILE]  # bootstrap=... pid=...
     python -m tests.testbed.kafka_broker stop PID
 
-The broker starts empty and forgets everything when stopped. Install it with
+By default the broker keeps everything in memory: it starts empty and forgets
+everything when stopped. With ``storage=`` an S3 URL (tests/testbed/s3_store.py)
+it keeps topics, records and offsets there, across a kill -9. Install it with
 ``bash scripts/setup.d/30-kafka.sh``. Importable: the tests and the benchmark use
 :func:`start_broker` / :meth:`Broker.stop`.
 """
@@ -97,7 +99,13 @@ class Broker:
 
 
 def start_broker(
-    port: int | None = None, *, log: Path | None = None, timeout: float = 15.0, detach: bool = False
+    port: int | None = None,
+    *,
+    log: Path | None = None,
+    timeout: float = 15.0,
+    detach: bool = False,
+    storage: str = "memory://tansu/",
+    env: dict[str, str] | None = None,
 ) -> Broker:
     """Start a broker on 127.0.0.1 and wait until it accepts connections.
 
@@ -105,6 +113,8 @@ def start_broker(
         port: the port (a free one when ``None``); reuse one to "restart" a broker.
         log: where its output goes (discarded when ``None``).
         detach: run it in its own session, so it outlives this process.
+        storage: Tansu's storage engine URL (``s3://bucket/`` with ``env`` naming the store).
+        env: more environment for the broker (the S3 store's endpoint and keys).
 
     Raises:
         RuntimeError: it exited or did not open the port within ``timeout``.
@@ -123,8 +133,9 @@ def start_broker(
                 "--advertised-listener-url",
                 url,
                 "--storage-engine",
-                "memory://tansu/",
+                storage,
             ],
+            env={**os.environ, **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,

@@ -6,6 +6,7 @@ import gc
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import asyncssh
 import pytest
 from pydantic import SecretStr
 
@@ -22,7 +23,7 @@ from subscriber.errors import (
     TransientStepError,
 )
 from subscriber.kernel.ports import CommandResult, SshExecutor, SshTarget
-from subscriber.ssh import SshPool
+from subscriber.ssh import SshPool, _ssh_errors
 
 
 class FakeExecutor:
@@ -105,6 +106,32 @@ def test_error_classes() -> None:
         assert issubclass(cls, TransientStepError) and cls.retriable
     for cls in (HostKeyRejected, AuthenticationFailed, SftpFailed, CommandFailed):
         assert issubclass(cls, PermanentStepError) and not cls.retriable
+
+
+@pytest.mark.parametrize(
+    ("raised", "connecting", "unknown"),
+    [
+        (asyncssh.ConnectionLost("reset"), False, True),  # mid-command: it may have run
+        (asyncssh.ConnectionLost("reset"), True, False),  # while connecting: nothing ran
+        (asyncssh.ChannelOpenError(1, "refused"), False, False),  # no session: nothing ran
+        (ConnectionResetError(104, "reset"), False, True),  # a reset mid-command
+    ],
+)
+def test_a_lost_connection_says_whether_the_command_may_have_run(
+    raised: Exception, connecting: bool, unknown: bool
+) -> None:
+    translated = _ssh_errors("root@h:22", "running a command on", connecting=connecting)
+    with pytest.raises(SshConnectionLost) as info, translated:
+        raise raised
+    assert info.value.effect_unknown is unknown
+
+
+def test_a_connection_refused_while_connecting_ran_nothing() -> None:
+    translated = _ssh_errors("root@h:22", "cannot connect to", connecting=True)
+    with pytest.raises(SshConnectError) as info, translated:
+        raise ConnectionRefusedError(111, "refused")
+    assert info.value.effect_unknown is False
+    assert CommandTimeout.effect_unknown and not SshConnectError.effect_unknown
 
 
 def test_wrap_runs_under_remote_timeout_and_sudo() -> None:

@@ -12,76 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import asyncpg
 import pytest
 
 from tests.backends import pg_database
-from tests.conftest import free_port
+from tests.chaos.harness import TERMINAL, Replica, pg_rows
 from tests.factories import op_occ, uid
 from tests.fence_handler import double_runs, marks, overlaps
 
-pytestmark = [pytest.mark.postgres, pytest.mark.asyncio]
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 
-REPO = Path(__file__).resolve().parent.parent
-TERMINAL = ("done", "failed", "ignored", "stale")
 LEASE_TTL = 1.5
-
-
-class Replica:
-    def __init__(self, name: str, tmp: Path, url: str, env: dict[str, str]) -> None:
-        self.name, self.tmp, self.db_url, self.env = name, tmp, url, env
-        self.port = free_port()
-        self.log = tmp / f"serve-{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/lccn/notifications"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "subscriber.cli", "serve"),
-                    *("--port", str(self.port), "--database", self.db_url),
-                ],
-                cwd=REPO,
-                env={**os.environ, **self.env, "PYTHONPATH": str(REPO)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    async def ready(self, timeout: float = 60) -> None:
-        async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
-            while True:
-                assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
-                try:
-                    async with http.get(self.url) as resp:
-                        if resp.status == 204:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(30)
 
 
 @pytest.fixture
@@ -90,17 +36,9 @@ async def pg_url() -> AsyncIterator[str]:
         yield url
 
 
-async def _rows(pg: str, sql: str) -> list[tuple[object, ...]]:
-    conn = await asyncpg.connect(pg)
-    try:
-        return [tuple(r) for r in await conn.fetch(sql)]
-    finally:
-        await conn.close()
-
-
 async def _dump(pg: str) -> dict[str, list[tuple[object, ...]]]:
     return {
-        t: await _rows(pg, f"SELECT * FROM {t} ORDER BY id") for t in ("events", "jobs", "steps")
+        t: await pg_rows(pg, f"SELECT * FROM {t} ORDER BY id") for t in ("events", "jobs", "steps")
     }
 
 
@@ -153,13 +91,13 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
         # B takes A's lanes over once their leases expire and settles everything.
         async with asyncio.timeout(90):
             while True:
-                rows = await _rows(pg, "SELECT status FROM events")
+                rows = await pg_rows(pg, "SELECT status FROM events")
                 if len(rows) == len(bodies) and all(r[0] in TERMINAL for r in rows):
                     break
                 await asyncio.sleep(0.2)
         assert time.time() - stopped > LEASE_TTL
         before = await _dump(pg)
-        lease_tokens = await _rows(pg, "SELECT MAX(token) FROM leases")
+        lease_tokens = await pg_rows(pg, "SELECT MAX(token) FROM leases")
 
         a.proc.send_signal(signal.SIGCONT)
         continued = time.time()
@@ -174,13 +112,14 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
         assert double_runs(all_marks) == 0
         assert overlaps(all_marks, {a.pid: (stopped, continued)}) == 0
         # The run A was cut off in is failed as interrupted by B, not run again.
-        statuses = [r[0] for r in await _rows(pg, "SELECT status FROM events")]
-        interrupted = await _rows(pg, "SELECT COUNT(*) FROM jobs WHERE error_class='interrupted'")
+        statuses = [r[0] for r in await pg_rows(pg, "SELECT status FROM events")]
+        interrupted = await pg_rows(pg, "SELECT COUNT(*) FROM jobs WHERE error_class='interrupted'")
         assert statuses.count("failed") == interrupted[0][0] >= 1
         assert "lost the lease of a running lane" in a.log.read_text()
         # Figures for the report.
         print(
-            f"\nfencing: events sent={len(bodies)} acked={acked} stored={len(before['events'])} "
+            f"\nchaos SIGSTOP fencing: events sent={len(bodies)} acked={acked} "
+            f"stored={len(before['events'])} "
             f"done={statuses.count('done')} failed(interrupted)={statuses.count('failed')} "
             f"step runs={sum(m.what == 'start' for m in all_marks)} "
             f"double runs={double_runs(all_marks)} max token={lease_tokens[0][0]} "

@@ -1,0 +1,279 @@
+"""What the chaos scenarios share: ``serve`` subprocesses, the notification stream, the checks.
+
+* :class:`Replica`: one ``serve`` subprocess on a given store (``--database``),
+  the side-effect handler loaded through the public handler-modules setting.
+* :class:`Stream`: senders posting op-occ chains (STARTING, PROCESSING,
+  COMPLETED) over HTTP until stopped, recording every answer.
+* :func:`settle` and :func:`check_store`: wait until every stored event is
+  terminal, then hold the store against what was acknowledged and against the
+  side-effect log (tests/fence_handler.py); :meth:`Figures.line` is the one
+  line each scenario prints for the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+
+from tests.conftest import free_port
+from tests.factories import op_occ, uid
+from tests.fence_handler import NON_IDEMPOTENT, double_runs, marks
+
+__all__ = [
+    "TERMINAL",
+    "Figures",
+    "Replica",
+    "Stream",
+    "check_store",
+    "handler_env",
+    "pg_dsn",
+    "pg_rows",
+    "settle",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+TERMINAL = ("done", "failed", "stale", "ignored")
+
+
+def handler_env(
+    effects: Path,
+    step_seconds: float,
+    module: str = "tests.fence_handler",
+    **dispatch: float,
+) -> dict[str, str]:
+    """Environment of a ``serve`` running the handler ``module`` (its side-effect log:
+    ``effects``) with short rescans; ``dispatch``: more ``dispatch.*`` settings."""
+    effects.touch()
+    env = {
+        "LCCN_HANDLERS__MODULES": json.dumps([module]),
+        "LCCN_TEST_SIDE_EFFECTS": str(effects),
+        "LCCN_TEST_STEP_SECONDS": str(step_seconds),
+        "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
+        "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
+    }
+    env.update({f"LCCN_DISPATCH__{k.upper()}": str(v) for k, v in dispatch.items()})
+    return env
+
+
+class Replica:
+    """One ``serve`` subprocess; its output goes to ``serve-<name>.log`` in ``tmp``."""
+
+    def __init__(self, name: str, tmp: Path, url: str, env: dict[str, str]) -> None:
+        self.name, self.tmp, self.db_url, self.env = name, tmp, url, env
+        self.port = free_port()
+        self.log = tmp / f"serve-{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/lccn/notifications"
+
+    @property
+    def readyz(self) -> str:
+        return f"http://127.0.0.1:{self.port}/readyz"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "subscriber.cli", "serve"),
+                    *("--port", str(self.port), "--database", self.db_url),
+                ],
+                cwd=REPO,
+                env={**os.environ, **self.env, "PYTHONPATH": str(REPO)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    async def ready(self, timeout: float = 60) -> None:
+        """Wait until the callback answers Tacker's test GET."""
+        async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
+            while True:
+                assert self.alive(), self.log.read_text()
+                try:
+                    async with http.get(self.url) as resp:
+                        if resp.status == 204:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+
+    async def readiness(self, http: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:
+        """``GET /readyz``: its status and body."""
+        async with http.get(self.readyz) as resp:
+            return resp.status, await resp.json()
+
+    async def wait_readiness(self, ready: bool, timeout: float = 60) -> dict[str, Any]:
+        """Wait until ``/readyz`` says ``ready`` (200) or not (503); return that body."""
+        want = 200 if ready else 503
+        async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
+            while True:
+                assert self.alive(), self.log.read_text()[-3000:]
+                status, body = await self.readiness(http)
+                if status == want:
+                    return body
+                await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        """SIGKILL (after a SIGCONT, should it be stopped) and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+@dataclass
+class Stream:
+    """Senders posting op-occ chains, each chain in order, to ``targets()``'s URLs.
+
+    ``acked`` holds every body answered 204; ``answers`` counts every status
+    (``"error"`` for a connection that failed), ``answered`` keeps
+    ``(time, status)`` of each answer for checks over a time window.
+    """
+
+    targets: Callable[[], Sequence[str]]
+    senders: int = 4
+    pause: float = 0.005
+    sent: int = 0
+    acked: list[dict[str, Any]] = field(default_factory=list)
+    answers: Counter[str] = field(default_factory=Counter)
+    answered: list[tuple[float, str]] = field(default_factory=list)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._sender(i)) for i in range(self.senders)]
+
+    async def stop(self, timeout: float = 30) -> None:
+        self._stop.set()
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*self._tasks)
+
+    async def _sender(self, n: int) -> None:
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            i = n
+            while not self._stop.is_set():
+                inst, occ = uid(), uid()
+                for state in ("STARTING", "PROCESSING", "COMPLETED"):
+                    targets = self.targets()
+                    if not targets:
+                        await asyncio.sleep(0.05)
+                        continue
+                    body = op_occ(instance=inst, op_occ_id=occ, state=state)
+                    self.sent += 1
+                    try:
+                        async with http.post(targets[i % len(targets)], json=body) as r:
+                            status = str(r.status)
+                            if r.status == 204:
+                                self.acked.append(body)
+                    except (TimeoutError, aiohttp.ClientError):
+                        status = "error"  # not acknowledged
+                    self.answers[status] += 1
+                    self.answered.append((time.time(), status))
+                    i += 1
+                    await asyncio.sleep(self.pause)
+
+
+def pg_dsn(url: str) -> str:
+    """An asyncpg DSN from a SQLAlchemy ``postgresql+asyncpg://`` URL."""
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def pg_rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [tuple(r) for r in await conn.fetch(sql)]
+    finally:
+        await conn.close()
+
+
+async def settle(dsn: str, timeout: float = 120) -> None:
+    """Wait until there are events and every one is terminal."""
+    async with asyncio.timeout(timeout):
+        while True:
+            rows = await pg_rows(dsn, "SELECT status FROM events")
+            if rows and all(r[0] in TERMINAL for r in rows):
+                return
+            await asyncio.sleep(0.3)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """A scenario's figures; ``side_effects`` and ``double_runs`` count the
+    scenario's side effect (the step log, or Tacker's PATCHes, or a host's log)."""
+
+    sent: int
+    acked: int
+    stored: int
+    statuses: dict[str, int]
+    interrupted: int
+    side_effects: int
+    double_runs: int
+
+    def line(self, scenario: str, **extra: object) -> str:
+        more = "".join(f" {k}={v}" for k, v in extra.items())
+        return (
+            f"\nchaos {scenario}: sent={self.sent} acked={self.acked} stored={self.stored} "
+            f"double runs={self.double_runs} statuses={self.statuses} "
+            f"interrupted={self.interrupted} side effects={self.side_effects}"
+            f"{more}"
+        )
+
+
+async def check_store(
+    dsn: str, sent: int, acked: Sequence[dict[str, Any]], effects: Path
+) -> Figures:
+    """Every acknowledged notification stored once, every event terminal, no double run.
+
+    Only events whose step was cut off mid-run (``interrupted``) may be failed.
+    Returns the figures.
+    """
+    stored = Counter(r[0] for r in await pg_rows(dsn, "SELECT notification_id FROM events"))
+    statuses = Counter(r[0] for r in await pg_rows(dsn, "SELECT status FROM events"))
+    interrupted = (
+        await pg_rows(dsn, "SELECT COUNT(*) FROM jobs WHERE error_class = 'interrupted'")
+    )[0][0]
+    failed_otherwise = await pg_rows(
+        dsn,
+        "SELECT e.id FROM events e WHERE e.status = 'failed' AND NOT EXISTS "
+        "(SELECT 1 FROM jobs j WHERE j.event_id = e.id AND j.error_class = 'interrupted')",
+    )
+    all_marks = marks(effects)
+    figures = Figures(
+        sent=sent,
+        acked=len(acked),
+        stored=sum(stored.values()),
+        statuses=dict(statuses),
+        interrupted=int(interrupted),
+        side_effects=sum(m.what == "start" and m.step in NON_IDEMPOTENT for m in all_marks),
+        double_runs=double_runs(all_marks),
+    )
+    missing = {b["id"] for b in acked} - set(stored)
+    assert not missing, f"{len(missing)} acknowledged notifications were lost"
+    assert not stored or max(stored.values()) == 1, "a notification was stored twice"
+    assert set(statuses) <= set(TERMINAL), statuses
+    assert figures.double_runs == 0, "a non-idempotent step ran twice"
+    assert not failed_otherwise, f"events failed other than by an interruption: {failed_otherwise}"
+    return figures
