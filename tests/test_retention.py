@@ -146,8 +146,10 @@ async def test_serve_keeps_the_store_bounded_under_a_steady_stream(db_url: str) 
     sent, peak = 0, 0
     async with svc, aiohttp.ClientSession() as http:
         assert svc.pruner is not None
+        # At least 6 s (six max_ages, so the prune must keep up) and 150 events, however
+        # slowly a loaded machine sends them.
         stop = time.monotonic() + 6
-        while time.monotonic() < stop:
+        while sent < 150 or time.monotonic() < stop:
             body = op_occ(instance=uid(), state="COMPLETED")
             async with http.post(callback_url(svc), json=body) as resp:
                 assert resp.status == 204
@@ -160,5 +162,4 @@ async def test_serve_keeps_the_store_bounded_under_a_steady_stream(db_url: str) 
                 await asyncio.sleep(0.1)
         assert svc.pruner.runs > 5
     print(f"\nretention: sent={sent} peak stored={peak} final=0 (max_age 1 s, interval 0.2 s)")
-    assert sent > 100
     assert peak < sent / 2, f"the store grew with the stream: peak {peak} of {sent}"
