@@ -33,7 +33,7 @@ from subscriber.kernel import Services
 from subscriber.kernel.ports import CommandResult, SshTarget
 from subscriber.service import Service
 from subscriber.ssh import SshPool
-from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ
+from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ, rebuild_vnfc
 from tests.conftest import make_settings
 from tests.ssh.test_day2 import CLUSTER, Cluster, name_of
 from tests.testbed import registry as test_registry
@@ -161,10 +161,21 @@ def logins_from(reg: Any, address: str) -> int:
     )
 
 
+CONTAINERD_DEFAULT = """version = 2
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = ""
+[plugins."io.containerd.transfer.v1.local"]
+  config_path = ""
+"""
+
+
 async def start_service(
     bed: Any, reg: Any, ssh: Any, tmp_path: Path, masters: list[Any], workers: list[Any]
 ) -> tuple[Cluster, Any]:
     testhosts.reset_cluster(bed)
+    # containerd's default config (1.7) on the master: config_path must come to name certs.d
+    config = Path(bed.private_dir(masters[0], "/etc/containerd")) / "config.toml"
+    config.write_text(CONTAINERD_DEFAULT)
     tacker, openstack, inst, occ = cluster_vnf(
         [m.address for m in masters], [w.address for w in workers], params=params_for(bed, reg)
     )
@@ -211,6 +222,11 @@ async def test_registry_login_accepted_rerun_changes_nothing_scale_out_adds_the_
         for host in (master, w1):
             assert logins_from(reg, host.address) >= 1  # the step's check reached the registry
             assert_node_configured(bed, host, reg)
+        config = Path(bed.private_dir(master, "/etc/containerd")) / "config.toml"
+        assert config.read_text() == CONTAINERD_DEFAULT.replace(
+            'config_path = ""', f'config_path = "{registry.CERTS_D}"'
+        )
+        assert registry.CONTAINERD_CONFIG in done["nodes"][name_of(master, "master")]["changed"]
 
         # The same job again: nothing changes, the check runs again and passes.
         before = {h.name: auth_file(bed, h).stat().st_mtime_ns for h in (master, w1)}
@@ -227,6 +243,16 @@ async def test_registry_login_accepted_rerun_changes_nothing_scale_out_adds_the_
         assert list(scaled["nodes"]) == [name_of(w2, "worker")]
         assert_node_configured(bed, w2, reg)
         assert {h.name: auth_file(bed, h).stat().st_mtime_ns for h in (master, w1)} == before
+
+        # HEAL of a worker: its VM is rebuilt (files gone); it alone is configured again.
+        rebuild_vnfc(c.tacker, c.openstack, c.inst, w1.address)
+        testhosts.wipe_host(bed, w1)
+        assert not auth_file(bed, w1).exists()
+        event = await c.notify("HEAL", lcm_op_occ(c.tacker, c.inst, "HEAL"))
+        assert event.status == "done", await c.svc.store.jobs.resume_state(event.id)
+        healed = await result_of(c, event.id, "configure-registry")
+        assert list(healed["nodes"]) == [name_of(w1, "worker")]
+        assert_node_configured(bed, w1, reg)
     finally:
         await c.svc.stop()
     assert_secret_nowhere(recording.commands, tmp_path)
