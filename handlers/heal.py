@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from handlers import steps, storage_steps
 from handlers.job import ClusterHandler, ClusterJob
+from handlers.registry_steps import configure_registry
 from subscriber.kernel import PlanItem
 
 __all__ = ["HealCluster"]
@@ -41,6 +42,7 @@ class HealCluster(ClusterHandler):
             steps.configure_proxy(job),
             steps.converge_masters(job),
             steps.join_workers(job),
+            configure_registry(job),
             steps.label_workers(job),
             steps.haproxy_backends(job),
             steps.install_helm(job),

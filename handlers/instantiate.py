@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from handlers import steps, storage_steps
 from handlers.job import ClusterHandler, ClusterJob
+from handlers.registry_steps import configure_registry
 from handlers.validate import ValidateParams
 from subscriber.config import ClusterSettings
 from subscriber.kernel import PlanItem
@@ -36,6 +37,7 @@ class InstantiateCluster(ClusterHandler):
             steps.init_main_master(job),
             steps.join_masters(job),
             steps.join_workers(job),
+            configure_registry(job),
             steps.label_workers(job),
             steps.install_helm(job),
             storage_steps.storage_server(job),

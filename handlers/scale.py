@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from handlers import steps, storage_steps
 from handlers.job import ClusterHandler, ClusterJob
+from handlers.registry_steps import configure_registry
 from subscriber.kernel import PlanItem
 
 __all__ = ["ScaleCluster"]
@@ -37,6 +38,7 @@ class ScaleCluster(ClusterHandler):
             steps.configure_hosts(job),
             steps.configure_proxy(job),
             steps.join_workers(job),
+            configure_registry(job),
             steps.label_workers(job),
             storage_steps.nfs_client(job),
             steps.reconcile_membership(job),

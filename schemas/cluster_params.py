@@ -10,8 +10,9 @@ reference/TACKER.md §1.2), plus our own optional SSH fields:
   ``storage_server``, ``pv_registration_params``.
 * v2: both node groups require ``vdu_id`` and ``nic_cp_name``; ``pod_cidr``
   defaults to 10.0.0.0/8. Tacker's v2 driver has none of the extras; we apply
-  ``proxy``, ``helm_installation_script_path``, ``storage_server`` and
-  ``pv_registration_params`` with either API and refuse the others with v2.
+  ``proxy``, ``helm_installation_script_path``, ``storage_server``,
+  ``pv_registration_params`` and ``private_registry_connection_info`` with
+  either API.
 * ours, per node group: ``ssh_private_key_path`` (a key file on the
   subscriber's host; then ``password`` may be left out), ``known_hosts``
   (OpenSSH known_hosts lines pinning the VMs' host keys), ``ssh_port``.
@@ -165,13 +166,41 @@ class ProxyParams(_Params):
         return tuple(u for u in (self.http_proxy, self.https_proxy) if u)
 
 
+def _registry_server(value: str) -> str:
+    # A directory name under /etc/containerd/certs.d and a URL's authority.
+    if not re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?", value):
+        raise ValueError("not a registry server (host or host:port, no scheme or path)")
+    return value
+
+
+def _hosts_string(value: str) -> str:
+    parts = value.split()
+    if "\n" in value.strip() or len(parts) < 2 or not re.fullmatch(r"[^\x00-\x1f#]*", value):
+        raise ValueError("one /etc/hosts line: an address and its names")
+    try:
+        ipaddress.ip_address(parts[0])
+    except ValueError:
+        raise ValueError("one /etc/hosts line: it must start with an IP address") from None
+    return value.strip()
+
+
 class PrivateRegistryParams(_Params):
     connection_type: Literal["0", "1"]  # "0" = HTTP, "1" = HTTPS
-    server: Name
-    username: str | None = None
+    server: Annotated[
+        str, StringConstraints(strip_whitespace=True), AfterValidator(_registry_server)
+    ]
+    username: Name | None = None
     password: SecretStr | None = None
-    certificate_path: str | None = None
-    hosts_string: str | None = None
+    certificate_path: Name | None = None
+    hosts_string: Annotated[str, AfterValidator(_hosts_string)] | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> PrivateRegistryParams:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("give both username and password, or neither")
+        if self.username is not None and ":" in self.username:
+            raise ValueError("username must not contain ':' (basic auth)")
+        return self
 
 
 class CinderVolumeSetup(_Params):
@@ -218,12 +247,6 @@ class K8sClusterInstallationParams(_Params):
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> K8sClusterInstallationParams:
         self._api = _api(info)
-        if self._api == "v2":
-            # proxy, helm_installation_script_path, storage_server and
-            # pv_registration_params we apply with either API.
-            extras = [name for name in ("private_registry_connection_info",) if getattr(self, name)]
-            if extras:
-                raise ValueError(f"not supported with the v2 API: {', '.join(extras)}")
         # Only values the user gave: Tacker's own v2 defaults overlap each other.
         given_pods, given_services = self.master_node.pod_cidr, self.master_node.cluster_cidr
         if (

@@ -50,8 +50,15 @@ def script_digest(script: bytes) -> str:
     return hashlib.sha256(script).hexdigest()
 
 
-def read_package_file(package: bytes, path: str, *, step: str | None = None) -> bytes:
-    """The file at ``path`` (relative to the package's root) in a VNF package zip.
+def read_package_file(
+    package: bytes,
+    path: str,
+    *,
+    step: str | None = None,
+    param: str = "helm_installation_script_path",
+) -> bytes:
+    """The file at ``path`` (relative to the package's root) in a VNF package zip;
+    ``param`` names the parameter that gave the path in the errors.
 
     Raises:
         PermanentStepError: the package is not a zip, or holds no such file.
@@ -59,7 +66,7 @@ def read_package_file(package: bytes, path: str, *, step: str | None = None) -> 
     wanted = posixpath.normpath(path.strip().lstrip("/"))
     if wanted.startswith("..") or wanted in ("", "."):
         raise PermanentStepError(
-            f"helm_installation_script_path {path!r} is not a path inside the VNF package",
+            f"{param} {path!r} is not a path inside the VNF package",
             step=step,
         )
     try:
@@ -67,7 +74,7 @@ def read_package_file(package: bytes, path: str, *, step: str | None = None) -> 
             names = {posixpath.normpath(n): n for n in archive.namelist() if not n.endswith("/")}
             if wanted not in names:
                 raise PermanentStepError(
-                    f"helm_installation_script_path {path!r} is not in the VNF package",
+                    f"{param} {path!r} is not in the VNF package",
                     step=step,
                 )
             return archive.read(names[wanted])

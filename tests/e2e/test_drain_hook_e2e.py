@@ -64,6 +64,8 @@ def hooked_loop(
         yield loop
     finally:
         bed.hook_config.unlink(missing_ok=True)  # the other tests run without the hook
+        for address in list(loop.cut):  # vm_gone took it off the network: later tests need it
+            loop.reconnect(address)
         if loop.instantiated:
             loop.terminate()
         proc.stop()

@@ -159,6 +159,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
         "configure-proxy",
         f"init-master-{m}",
         "join-workers",
+        "configure-registry",
         "label-workers",
         "install-helm",
         "admin-token",

@@ -111,6 +111,7 @@ PRIVATE_DIRS = (
     "/root",
     "/var/lib/kubelet",
     "/var/lib/etcd",
+    "/etc/containerd",  # the private registries' certs.d (and config.toml)
     "/tmp",
     "/etc/haproxy",
     "/etc/keepalived",

@@ -264,6 +264,7 @@ async def test_plan_is_pure_and_names_its_steps_before_discovery() -> None:
         "init-master-<node>",
         "join-master-<node>",
         "join-workers",
+        "configure-registry",
         "label-workers",
         "install-helm",
         "storage-server",

@@ -194,20 +194,18 @@ def test_cidrs_must_not_overlap() -> None:
     assert parse_cluster_params(data).pod_cidr == "10.0.0.0/8"
 
 
-def test_v2_rejects_v1_only_features_but_takes_proxy_and_helm() -> None:
+def test_v2_takes_every_extra() -> None:
+    # Tacker's v2 driver has none of them; we apply them with either API.
     data = copy.deepcopy(V2_SIMPLE)
     data["k8s_cluster_installation_param"]["private_registry_connection_info"] = [
         {"connection_type": "0", "server": "registry.example:5000"}
     ]
-    message = next(iter(problems(data).values()))
-    assert "not supported with the v2 API: private_registry_connection_info" in message
-    # We apply these two with either API (Tacker's v2 driver has neither).
-    data = copy.deepcopy(V2_SIMPLE)
     data["k8s_cluster_installation_param"]["proxy"] = V1_SIMPLE["k8s_cluster_installation_param"][
         "proxy"
     ]
     data["k8s_cluster_installation_param"]["helm_installation_script_path"] = "Scripts/h.sh"
-    assert parse_cluster_params(data).proxy is not None
+    params = parse_cluster_params(data)
+    assert params.proxy is not None and params.private_registry_connection_info
 
 
 def test_several_problems_at_once() -> None:
