@@ -81,6 +81,16 @@ def double_runs(all_marks: list[Mark]) -> int:
     return sum(n - 1 for n in starts.values())
 
 
+def doubled(all_marks: list[Mark]) -> list[Mark]:
+    """The marks of every non-idempotent step that started more than once for one event."""
+    starts: dict[tuple[int, str], int] = {}
+    for m in all_marks:
+        if m.what == "start" and m.step in NON_IDEMPOTENT:
+            starts[(m.event_id, m.step)] = starts.get((m.event_id, m.step), 0) + 1
+    twice = {key for key, n in starts.items() if n > 1}
+    return [m for m in all_marks if (m.event_id, m.step) in twice]
+
+
 def overlaps(all_marks: list[Mark], frozen: dict[int, tuple[float, float]] | None = None) -> int:
     """Pairs of step runs of one instance, in different processes, that overlap in time.
 

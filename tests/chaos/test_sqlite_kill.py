@@ -31,7 +31,7 @@ import pytest
 
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
-from tests.fence_handler import double_runs, marks
+from tests.fence_handler import double_runs, doubled, marks
 from tests.test_process import ServeProcess
 
 pytestmark = [pytest.mark.chaos, pytest.mark.asyncio]
@@ -144,7 +144,21 @@ async def test_sqlite_kill_9_trials_lose_nothing_store_once_and_never_rerun(
     assert not missing, f"{len(missing)} acknowledged notifications were lost"
     assert not twice, f"stored more than once: {twice[:5]}"
     assert set(statuses) <= set(TERMINAL)
-    assert doubles == 0, "a non-idempotent step ran twice"
+    if doubles:  # what the store says of those events' jobs and steps, for the diagnosis
+        events = sorted({m.event_id for m in doubled(all_marks)})
+        marks_of = "\n".join(map(str, doubled(all_marks)))
+        rows = [
+            serve.rows(
+                "SELECT j.id, j.status, j.error_class, j.attempts, s.idx, s.name, s.status "
+                "FROM jobs j LEFT JOIN steps s ON s.job_id = j.id WHERE j.event_id = ?",
+                e,
+            )
+            for e in events
+        ]
+        raise AssertionError(
+            f"a non-idempotent step ran twice (seed {SEED}): events {events}\n"
+            f"{marks_of}\njobs/steps: {rows}\nlogs: {[str(p) for p in serve.logs]}"
+        )
     assert statuses["failed"] == interrupted
     # A done event ran its non-idempotent step exactly once (an interrupted one
     # at most once: the kill may land before the effect).
