@@ -39,7 +39,7 @@ apt_install() {
 }
 
 # What the tier runs besides the built binaries: etcd (and etcdctl for the etcd
-# member steps), openssl for the CA-hash pipeline and the kubelet stand-in's
+# member steps), haproxy and keepalived (HA masters), openssl for the CA-hash pipeline and the kubelet stand-in's
 # certificate request, and the tools kubeadm's preflight looks for (conntrack,
 # socat, ethtool, iptables).
 need=()
@@ -50,6 +50,11 @@ command -v conntrack >/dev/null 2>&1 || [ -x /usr/sbin/conntrack ] || need+=(con
 command -v socat >/dev/null 2>&1 || need+=(socat)
 command -v ethtool >/dev/null 2>&1 || [ -x /usr/sbin/ethtool ] || need+=(ethtool)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need+=(iptables)
+# The complex (HA) flavour's load balancer and VIP on the masters; package installs
+# start no service here (no systemd): the hosts' systemctl shim runs them.
+[ -x /usr/sbin/haproxy ] || need+=(haproxy)
+[ -x /usr/sbin/keepalived ] || need+=(keepalived)
+command -v killall >/dev/null 2>&1 || need+=(psmisc) # keepalived's haproxy check
 if [ "${#need[@]}" -gt 0 ]; then
     apt_install "${need[@]}"
     echo "k8s: installed ${need[*]} ($(elapsed))"

@@ -8,7 +8,7 @@ Four views of one cluster must agree:
   their addresses read from the simulator's own state (server -> port), not through
   the product's Heat lookups;
 * the cluster's Node list as ``kubectl get nodes`` on a master reports it (over SSH,
-  the stand-in kubectl);
+  the stand-in kubectl, or the real one on the ``k8s`` tier's hosts);
 * every node's ``/etc/hosts``;
 * our inventory (the store's ``cluster_nodes`` table).
 
@@ -43,6 +43,10 @@ from tests.testbed import testhosts
 __all__ = ["ADMIN_CONF", "Loop", "Member", "kubeadm_calls", "node_name"]
 
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
+ETCD_TLS = (
+    "--endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt "
+    "--cert=/etc/kubernetes/pki/etcd/server.crt --key=/etc/kubernetes/pki/etcd/server.key"
+)
 ROLE_OF_VDU = {"masterNode": "master", "workerNode": "worker"}
 SCALE_ASPECT = "workerNode_scale"
 FINISHED = ("done", "failed")
@@ -246,6 +250,22 @@ class Loop:
             return {n["metadata"]["name"]: n for n in json.loads(out)["items"]}
         raise AssertionError(f"no master answered kubectl get nodes: {errors}")
 
+    def etcd_members(self, masters: list[Member]) -> dict[str, str]:
+        """etcd's members, id (hex) -> name: the stand-in's state, or (real mode) what
+        ``etcdctl member list`` on the first master that answers says."""
+        if self.hosts.kubernetes != "real":
+            return {f"{m['ID']:x}": m["name"] for m in self.hosts.state()["etcd"].values()}
+        errors = []
+        for master in masters:
+            try:
+                command = f"ETCDCTL_API=3 etcdctl {ETCD_TLS} member list -w json"
+                out = self.ssh(master.address, command)
+            except AssertionError as exc:
+                errors.append(str(exc))
+                continue
+            return {f"{m['ID']:x}": m.get("name", "") for m in json.loads(out)["members"]}
+        raise AssertionError(f"no master answered etcdctl member list: {errors}")
+
     def etc_hosts(self, address: str) -> tuple[dict[str, str], dict[str, str]]:
         """(the whole file's name -> address of the subnet's lines, our block's)."""
         text = (Path(self.hosts.root) / "hosts" / self.host(address).name / "hosts").read_text()
@@ -349,7 +369,7 @@ class Loop:
             own = self.host(m.address).name  # the test host's own line stays
             assert set(names) - {own} <= set(want), ("/etc/hosts", m.name, names)
         if len(masters) > 1:  # HA: etcd's members and every haproxy's backends too
-            etcd = sorted(m["name"] for m in self.hosts.state()["etcd"].values())
+            etcd = sorted(self.etcd_members(masters).values())
             assert etcd == sorted(m.name for m in masters), ("etcd", etcd)
             backends = {m.name: m.address for m in masters}
             for m in masters:

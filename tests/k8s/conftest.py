@@ -21,11 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.k8s.full_loop import loop_hosts, serve
 from tests.openstack_sim.process import SimProcess
 from tests.testbed import testhosts
 from tests.testbed.testhosts import TestBed
 
-HOSTS = 3  # the simple flavour: one master, two workers
+__all__ = ["k8s_hosts", "k8s_sim", "loop_hosts", "restore_hostnames", "serve"]
+
+HOSTS = 5  # the complex flavour: three masters, two workers (simple: the first three)
 
 _peak: dict[str, float] = {}
 

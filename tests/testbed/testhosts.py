@@ -20,12 +20,14 @@ manager replaces the files). ``/usr/local/bin`` is replaced by one of two tool s
   ``kube-apiserver``, ``kube-controller-manager`` and ``kube-scheduler`` built by
   ``scripts/setup.d/40-k8s.sh`` (etcd is Debian's, in /usr/bin), the kubelet
   stand-in as ``kubelet`` (``tests/testbed/kubelet_standin.py``) and a
-  ``systemctl`` that starts and stops it (``tests/testbed/systemctl_shim.sh``;
-  there is no systemd). The hosts also get private ``/var/lib/cni``,
+  ``systemctl`` that starts and stops it, and Debian's haproxy and keepalived on
+  the HA masters (``tests/testbed/systemctl_shim.sh``; there is no systemd).
+  The hosts also get private ``/var/lib/cni``,
   ``/var/lib/dockershim``, ``/var/run/kubernetes`` and ``/etc/cni/net.d``, which
-  ``kubeadm reset`` empties. The static pods (etcd, the API server ...) run as
-  processes inside the host's namespaces; :func:`reset_cluster` and
-  :func:`destroy` stop them, the API server before etcd.
+  ``kubeadm reset`` empties. The static pods (etcd, the API server ...), haproxy
+  and keepalived run as processes inside the host's namespaces (keepalived's VRRP
+  moves the VIP between the hosts on the bed's bridge); :func:`reset_cluster`,
+  :func:`wipe_host` and :func:`destroy` stop them, the API server before etcd.
 
 Network: one bridge per bed whose host end lives in the root namespace (so the
 test process reaches the hosts, and 127.0.0.1 services stay where they are),

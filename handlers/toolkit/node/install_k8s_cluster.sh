@@ -125,10 +125,16 @@ phase() {
     "$@"
 }
 
-# Whether systemd manages services here (sd_booted(3)); a systemctl binary alone
-# is not enough: in a container or a test host it cannot start anything.
+# Whether systemctl can start services here: systemd runs (sd_booted(3)), or the
+# systemctl on PATH says it runs services (is-system-running answers "offline" where
+# systemd is not PID 1: a systemctl binary alone, as in a container, starts nothing).
 systemd_running() {
-    [ -d /run/systemd/system ] && command -v systemctl >/dev/null
+    command -v systemctl >/dev/null || return 1
+    [ -d /run/systemd/system ] && return 0
+    case "$(systemctl is-system-running 2>/dev/null || true)" in
+    "" | offline | unknown) return 1 ;;
+    *) return 0 ;;
+    esac
 }
 
 local_addresses() {

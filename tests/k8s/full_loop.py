@@ -1,0 +1,240 @@
+"""The full loop's parts, shared by its simple and complex (HA) tests: ``serve`` as a
+subprocess on the ``k8s`` hosts, VNF-A instantiated through the real Tacker, and Tacker's
+own Kubernetes client asked through the ``vimConnectionInfo`` serve wrote back.
+
+``loop_hosts`` and ``serve`` are module-scoped fixtures (``tests/k8s/conftest.py``
+exposes them): each test module gets empty hosts and a ``serve`` of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster_fakes import k8s_params
+from tests.k8s.helpers import SCRIPT_ENV
+from tests.openstack_sim.process import SimProcess
+from tests.tacker.conftest import NETWORK_ID
+from tests.tacker.helpers import (
+    ServeProcess,
+    TackerClient,
+    ext_virtual_links,
+    unique_name,
+    wait_for,
+)
+from tests.testbed import tacker_bed, testhosts
+from tests.testbed.testhosts import TestBed
+
+__all__ = [
+    "K8S_VIM_TYPE",
+    "VIM_KEY",
+    "ClusterVnf",
+    "handled",
+    "instantiate_cluster",
+    "loop_hosts",
+    "octet",
+    "serve",
+    "tacker_k8s",
+    "terminate_and_delete",
+]
+
+K8S_VIM_TYPE = "ETSINFV.KUBERNETES.V_1"
+VIM_KEY = "k8s"  # serve's tacker.vim_key
+PROBE = Path(__file__).with_name("tacker_k8s_client.py")
+
+
+@dataclass
+class ClusterVnf:
+    """VNF-A once serve has built its cluster and written ``vimConnectionInfo`` back."""
+
+    inst: str
+    shown: dict[str, Any]  # GET vnf_instances/{id} (credentials hidden)
+    stored: dict[str, Any]  # our vimConnectionInfo entry as Tacker stored it
+    masters: list[testhosts.TestHost]  # the main master first
+    workers: list[testhosts.TestHost]
+    timings: dict[str, float]
+
+    @property
+    def master(self) -> testhosts.TestHost:
+        return self.masters[0]
+
+
+@pytest.fixture(scope="module")
+def loop_hosts(k8s_hosts: TestBed) -> Iterator[TestBed]:
+    """The k8s hosts, empty before the module and again after it."""
+    testhosts.reset_cluster(k8s_hosts)
+    yield k8s_hosts
+    testhosts.reset_cluster(k8s_hosts)
+    for host in k8s_hosts.hosts:  # the cluster flows rename the hosts
+        subprocess.run(["nsenter", "-t", str(host.pid), "-u", "hostname", host.name], check=False)
+
+
+def serve_config(bed: tacker_bed.BedState, sim: SimProcess, hosts: TestBed) -> dict[str, Any]:
+    """serve's settings: noauth Tacker (subscribes on start), the simulator's Keystone,
+    the hosts' SSH keys, and the real tools' details through ``cluster`` (etcdctl runs on
+    the masters: nothing here can exec into a pod; haproxy is reloaded with the default
+    ``systemctl reload haproxy``, which the hosts' systemctl shim does for real)."""
+    return {
+        "dispatch": {"rescan_interval": 0.5, "backoff_initial": 0.5, "max_attempts": 3},
+        "tacker": {
+            "endpoint": bed.url,
+            "noauth_user_id": tacker_bed.USER_ID,
+            "noauth_project_id": tacker_bed.PROJECT_ID,
+            "retry_attempts": 20,
+            "retry_initial": 0.1,
+            "retry_max": 1.0,
+            "op_poll_interval": 0.2,
+            "subscribe_on_start": True,
+            "vim_key": VIM_KEY,
+        },
+        "openstack": sim.openstack_settings(),
+        "ssh": {
+            "known_hosts": str(hosts.known_hosts),
+            "client_keys": [str(hosts.client_key)],
+            "connect_timeout": 5.0,
+            "command_timeout": 120.0,
+        },
+        "cluster": {
+            "handlers": "on",
+            "script_env": SCRIPT_ENV,
+            "token_wait_timeout": 60.0,
+            "install_timeout": 300.0,
+            "etcdctl_via": "host",
+        },
+    }
+
+
+def subscriptions_to(tacker: TackerClient, url: str) -> list[str]:
+    status, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
+    assert status == 200, subs
+    return [s["id"] for s in subs if s.get("callbackUri") == url]
+
+
+@pytest.fixture(scope="module")
+def serve(
+    bed: tacker_bed.BedState,
+    tacker: TackerClient,
+    k8s_sim: SimProcess,
+    loop_hosts: TestBed,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServeProcess]:
+    """``lccn-subscriber serve`` as a subprocess, subscribed to Tacker by itself."""
+    proc = ServeProcess(
+        tmp_path_factory.mktemp("serve-k8s"), serve_config(bed, k8s_sim, loop_hosts)
+    )
+    proc.start()
+    try:
+        wait_for(
+            lambda: subscriptions_to(tacker, proc.callback_url),
+            timeout=60,
+            interval=0.5,
+            what="serve's own subscription",
+        )
+        yield proc
+    finally:
+        proc.stop()
+        for sub in subscriptions_to(tacker, proc.callback_url):
+            tacker.unsubscribe(sub)
+
+
+def handled(serve: ServeProcess, occ: str, *, timeout: float = 600.0) -> dict[str, Any]:
+    """serve's COMPLETED event of ``occ`` (with its jobs), once its job is done."""
+
+    def done() -> dict[str, Any] | None:
+        for event in serve.events():
+            if event["vnfLcmOpOccId"] == occ and event["operationState"] == "COMPLETED":
+                if event["status"] == "failed":
+                    detail = serve.event(event["id"])
+                    raise AssertionError(f"serve's job failed: {detail['jobs']}")
+                return serve.event(event["id"]) if event["status"] == "done" else None
+        return None
+
+    return wait_for(done, timeout=timeout, interval=2.0, what=f"serve's job of {occ}")  # type: ignore[no-any-return]
+
+
+def tacker_k8s(vim: dict[str, Any], deployment: str | None = None) -> dict[str, Any]:
+    """Ask the cluster through ``vim`` with Tacker's own Kubernetes client (its venv)."""
+    out = subprocess.run(
+        [str(tacker_bed.tacker_venv() / "bin" / "python"), str(PROBE)],
+        input=json.dumps({"vim": vim, "deployment": deployment}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def octet(address: str) -> str:
+    return address.rsplit(".", 1)[1]
+
+
+def terminate_and_delete(tacker: TackerClient, inst: str) -> None:
+    """Best effort at teardown: TERMINATE if instantiated, then DELETE."""
+    with contextlib.suppress(AssertionError):
+        if tacker.show(inst).get("instantiationState") == "INSTANTIATED":
+            tacker.run_op(inst, "terminate", {"terminationType": "FORCEFUL"})
+    with contextlib.suppress(AssertionError):
+        tacker.delete(inst)
+
+
+@contextlib.contextmanager
+def instantiate_cluster(
+    flavour: str,
+    bed: tacker_bed.BedState,
+    tacker: TackerClient,
+    sim: SimProcess,
+    hosts: TestBed,
+    serve: ServeProcess,
+) -> Iterator[ClusterVnf]:
+    """VNF-A: Tacker instantiates the cluster package in ``flavour``; serve builds the
+    cluster. The simulator hands the hosts' addresses out in order, masters first (one
+    master in the simple flavour, three in the complex one, then two workers).
+    TERMINATE and DELETE on exit."""
+    assert bed.vnfd_id
+    ha = flavour == "complex"
+    n_masters = 3 if ha else 1
+    masters, workers = hosts.hosts[:n_masters], hosts.hosts[n_masters : n_masters + 2]
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    inst = tacker.create(bed.vnfd_id, unique_name(f"k8s-vnf-a-{flavour}"))
+    try:
+        # Masters log in as root with a key, workers as a sudo user with a password.
+        params = k8s_params(
+            master_user="root",
+            worker_user=hosts.user or "root",
+            key=str(hosts.client_key),
+            password=hosts.password,
+            ha=ha,
+        )
+        occ = tacker.run_op(
+            inst,
+            "instantiate",
+            {
+                "flavourId": flavour,
+                "vimConnectionInfo": sim.vim_connection_info(),
+                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
+                "additionalParams": params,
+            },
+        )
+        assert occ["operationState"] == "COMPLETED", occ.get("error")
+        timings["VNF-A INSTANTIATE in Tacker"] = time.monotonic() - t0
+        event = handled(serve, occ["id"])
+        timings["VNF-A cluster built by serve"] = time.monotonic() - t0
+        (job,) = event["jobs"]
+        assert job["handler"] == "cluster-instantiate"
+        assert all(s["status"] in ("done", "skipped") for s in job["steps"]), job["steps"]
+        shown = tacker.show(inst)
+        stored = tacker_bed.stored_vim_connection_info(bed, inst) or {}
+        yield ClusterVnf(inst, shown, stored.get(VIM_KEY, {}), masters, workers, timings)
+    finally:
+        terminate_and_delete(tacker, inst)
