@@ -11,8 +11,8 @@ Every request is the STARTING notification of a new op-occ of a new instance
   stopped before ours starts.
 * ours: ``lccn-subscriber serve`` (SQLite file, synchronous=FULL, or
   ``--database`` PostgreSQL), every event's job run by the built-in ``log``
-  handler (a job row, a step checkpoint, a lease) in the same process, as in
-  production. Warmed up, then the warm-up's jobs are worked off before the
+  handler (a job row, a step checkpoint, a lease) in serve's worker process,
+  as in production (``--role all``: ingest in one process, jobs in another). Warmed up, then the warm-up's jobs are worked off before the
   timed phase starts, so no earlier backlog takes CPU from it.
 
 Then our server is driven open-loop at half of its measured maximum (the
@@ -215,10 +215,13 @@ async def main() -> None:
         f"HTTP ingest, {n} timed requests from {c} concurrent senders (keep-alive), "
         "each server alone"
     )
-    print("ours: lccn-subscriber serve, production defaults, log handler jobs in-process")
+    print(
+        "ours: lccn-subscriber serve, production defaults (--role all: ingest process + "
+        "worker process running the log handler's jobs)"
+    )
     print(f"store: {await durability(args.database)}")
     print(
-        "processes: the server under test + this one (load)"
+        "processes: the server under test (ours: 2) + this one (load)"
         + ("" if backend_name(args.database) == "SQLite" else " + the PostgreSQL server")
     )
     print(machine())
