@@ -12,8 +12,9 @@ Every request is the STARTING notification of a new op-occ of a new instance
 * ours: ``lccn-subscriber serve`` (SQLite file, synchronous=FULL, or
   ``--database`` PostgreSQL), every event's job run by the built-in ``log``
   handler (a job row, a step checkpoint, a lease) in serve's worker process,
-  as in production (``--role all``: ingest in one process, jobs in another). Warmed up, then the warm-up's jobs are worked off before the
-  timed phase starts, so no earlier backlog takes CPU from it.
+  as in production (``--role all``: ingest in one process, jobs in another).
+  Warmed up, then the warm-up's jobs are worked off before the timed phase
+  starts, so no earlier backlog takes CPU from it.
 
 Then our server is driven open-loop at half of its measured maximum (the
 issue's latency figure), and at a rate its jobs sustain (80 % of the measured

@@ -41,8 +41,8 @@ from subscriber.retention import Pruner
 from subscriber.runner import Runner
 from subscriber.ssh import SshPool
 from subscriber.store import Store
+from subscriber.store.wake import PgWakeListener, PgWakeSender
 from subscriber.tacker import EchoFilter, Reconciler, SubscriptionKeeper, TackerClient
-from subscriber.wake import PgWakeListener, PgWakeSender
 from subscriber.worker_link import ParentLink, WorkerProcess
 
 __all__ = ["Role", "Service"]

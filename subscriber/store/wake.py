@@ -20,7 +20,7 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
 from subscriber.lifecycle import Component
-from subscriber.store import AppendedEvent
+from subscriber.store.events import AppendedEvent
 
 __all__ = ["CHANNEL", "PgWakeListener", "PgWakeSender"]
 
