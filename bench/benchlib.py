@@ -138,16 +138,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(database: str, port: int, **env: str) -> Iterator[subprocess.Popen[bytes]]:
+def serve(database: str, port: int, *args: str, **env: str) -> Iterator[subprocess.Popen[bytes]]:
     """``lccn-subscriber serve`` on 127.0.0.1:``port`` with the production defaults.
 
     Only the listen port, the store and the log level (WARNING: the log handler
-    would otherwise write a line per job) are set; ``env`` adds settings.
+    would otherwise write a line per job) are set; ``args`` adds options (``--role``),
+    ``env`` settings.
     Stopped with SIGTERM on exit (killed if it does not stop in 15 s).
     """
     argv = [sys.executable, "-m", "subscriber.cli", "serve", "--port", str(port)]
     proc = subprocess.Popen(
-        [*argv, "--database", database],
+        [*argv, "--database", database, *args],
         env={**os.environ, "PYTHONPATH": str(ROOT), "LCCN_LOG__LEVEL": "WARNING", **env},
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -200,7 +201,7 @@ async def open_events(base: str) -> int:
     )
 
 
-async def drain(base: str, within: float = 60.0) -> float:
+async def drain(base: str, within: float = 180.0) -> float:
     """Wait until the server at ``base`` has no open event; return the seconds it took."""
     start = time.perf_counter()
     while time.perf_counter() - start < within:

@@ -13,9 +13,9 @@ instance's second ...), 64 at a time.
 
 Reads the server's resident set (VmRSS, /proc) at start, once every event is
 stored (the 204s are in; most jobs still wait), and once the backlog is worked
-off; also the peak (VmHWM). ``serve`` is two processes (ingest, and the worker
-that runs the jobs): each is printed, and every reading is their sum. The last
-line is ``rss_mb=<the larger of the two summed readings>``.
+off; also the peak (VmHWM). Should ``serve`` be two processes (``--role all``:
+ingest, and the worker that runs the jobs), each is printed and every reading
+is their sum. The last line is ``rss_mb=<the larger of the two readings>``.
 
     python bench/memory.py [--events 10000] [--instances 1000] [--database URL]
 """
@@ -96,14 +96,14 @@ def tree_rss(pid: int) -> tuple[float, float]:
 
 async def main(events: int, instances: int, server: str, concurrency: int) -> int:
     print(
-        f"RSS of `lccn-subscriber serve` (ingest + worker process summed, production "
-        "defaults, log handler) "
+        f"RSS of `lccn-subscriber serve` (production defaults, log handler; every process "
+        "of it summed) "
         f"with {events:,} events over {instances:,} instances (lanes), posted over HTTP "
         f"by {concurrency} senders"
     )
     print(f"store: {await durability(server)}")
     print(
-        "processes: serve (ingest + its worker) + this one (load)"
+        "processes: serve + this one (load)"
         + ("" if backend_name(server) == "SQLite" else " + the PostgreSQL server")
     )
     print(machine())

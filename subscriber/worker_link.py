@@ -12,8 +12,8 @@ JSON messages:
 
 The worker must never outlive the parent: it asks the kernel for SIGKILL when
 the parent dies (``PR_SET_PDEATHSIG``), checks the parent is still the one it
-was started by, and stops when the link reaches end of file (the parent is
-gone, on a system without ``prctl``). Its lease writes are fenced anyway.
+was started by, and kills itself when the link reaches end of file (the
+parent is gone; a system without ``prctl``). Its lease writes are fenced anyway.
 On SIGTERM the parent stops taking notifications first, then sends SIGTERM to
 the worker and waits for it (``dispatch.graceful_timeout`` plus a margin).
 A worker that dies on its own is restarted with backoff; ``/readyz`` says
@@ -266,8 +266,11 @@ class ParentLink(Component):
             elif "metrics" in message:
                 text = self._metrics().decode()
                 self._send({"metrics": message["metrics"], "text": text})
-        log.warning("the serve process that started this worker is gone: stopping")
+        # The parent is gone (killed): so are we, at once, as with PR_SET_PDEATHSIG; a
+        # graceful stop would let an orphan go on running steps. Fencing covers the rest.
+        log.error("the serve process that started this worker is gone: exiting now")
         self._parent_gone()
+        os.kill(os.getpid(), signal.SIGKILL)
 
     async def _beat(self) -> None:
         while True:

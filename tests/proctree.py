@@ -27,6 +27,12 @@ def tree(pid: int) -> set[int]:
     return out
 
 
+def job_pid(pid: int) -> int:
+    """The process running ``serve``'s jobs: its worker (``--role all``), else itself."""
+    found = children(pid)
+    return found[0] if found else pid
+
+
 async def worker_pid(pid: int, within: float = 30) -> int:
     """The worker ``serve --role all`` at ``pid`` started, once it runs."""
     async with asyncio.timeout(within):

@@ -147,7 +147,6 @@ async def test_sigkill_mid_stream_loses_nothing_and_never_reruns_a_side_effect(
                 await asyncio.sleep(0.01)
         assert serve.proc is not None
         pids = tree(serve.proc.pid)
-        assert len(pids) == 2, "serve runs its jobs in a worker process"
         serve.kill(signal.SIGKILL)
         await gone(pids)  # no orphan worker goes on running jobs
         await asyncio.gather(*senders)

@@ -1,4 +1,4 @@
-"""``serve``'s worker process: woken without polling, watched, restarted, and its roles alone.
+"""``serve --role all``'s worker: woken without polling, watched, restarted; the roles alone.
 
 The rescan interval is set to a minute in these tests, so an event that is
 run within seconds was reached by a wake-up (the socket from the ingest
@@ -83,7 +83,7 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def serve(tmp_path: Path, sqlite_url: str) -> Iterator[Serve]:
-    proc = Serve(tmp_path, sqlite_url, env=NO_POLL)
+    proc = Serve(tmp_path, sqlite_url, "--role", "all", env=NO_POLL)
     yield proc
     proc.stop()
 
@@ -127,7 +127,7 @@ async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
     assert 'lccn_jobs_total{mode="live",outcome="done"} 3.0' in metrics
     assert metrics.count("# TYPE lccn_jobs_total counter") == 1
     log = serve.log.read_text()
-    assert 'role="ingest"' in log and 'role="worker"' in log
+    assert "worker started" in log and 'role="worker"' in log
 
 
 async def test_a_worker_that_dies_is_restarted_and_readyz_says_so_meanwhile(

@@ -1,10 +1,10 @@
 """``lccn-subscriber serve``: run the service until SIGTERM or SIGINT.
 
-``--role all`` (the default) is two processes: this one takes notifications
-(HTTP, Kafka) and stores them; the worker it starts (``--role worker``
-with a link to it) runs the jobs, so no job takes CPU from ingest. ``ingest``
-and ``worker`` run one side alone (several hosts, one PostgreSQL);
-``single`` runs everything in one process.
+``--role single`` (the default for now) runs everything in one process.
+``--role all`` is two processes: this one takes notifications (HTTP, Kafka)
+and stores them; the worker it starts (``--role worker`` with a link to it)
+runs the jobs, so no job takes CPU from ingest. ``ingest`` and ``worker`` run
+one side alone (several hosts, one PostgreSQL).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
         die_with_parent(args.parent_pid)
     settings = settings_from(args)
-    role = {"all": "ingest", "single": None}.get(args.role, args.role)
+    role = "worker" if args.role == "worker" else None
     setup_logging(settings.log.format, settings.log.level, role=role)
 
     async def run() -> None:
@@ -74,9 +74,9 @@ def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
     serve.add_argument(
         "--role",
         choices=ROLES,
-        default="all",
-        help="all: ingest here, jobs in a worker process it starts (default); ingest or "
-        "worker: one side alone; single: everything in one process",
+        default="single",
+        help="single: everything in one process (default); all: ingest here, jobs in a "
+        "worker process it starts; ingest or worker: one side alone",
     )
     # Set by the parent of a worker: the link's descriptor and the pid to die with.
     serve.add_argument("--link-fd", type=int, help=argparse.SUPPRESS)
