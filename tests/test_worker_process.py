@@ -120,8 +120,13 @@ async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
             async with asyncio.timeout(10):  # the rescan would take 60 s
                 while _status(tmp_path / "lccn.db", occ) != "done":
                     await asyncio.sleep(0.02)
-        async with http.get(f"{serve.base}/metrics") as resp:
-            metrics = await resp.text()
+        async with asyncio.timeout(10):  # the outcome is counted just after the status
+            while True:
+                async with http.get(f"{serve.base}/metrics") as resp:
+                    metrics = await resp.text()
+                if 'lccn_jobs_total{mode="live",outcome="done"} 3.0' in metrics:
+                    break
+                await asyncio.sleep(0.05)
     # Received by the ingest process, run by the worker: one exposition of both.
     assert 'lccn_events_received_total{source="http",state="STARTING"' in metrics
     assert 'lccn_jobs_total{mode="live",outcome="done"} 3.0' in metrics
@@ -193,8 +198,13 @@ async def test_separate_roles_on_postgresql_are_woken_by_notify(
                         await asyncio.sleep(0.05)
             finally:
                 await conn.close()
-            async with http.get(f"{worker.base}/metrics") as resp:
-                assert 'lccn_jobs_total{mode="live",outcome="done"} 1.0' in await resp.text()
+            # The job's outcome is counted just after its status is written.
+            async with asyncio.timeout(10):
+                while True:
+                    async with http.get(f"{worker.base}/metrics") as resp:
+                        if 'lccn_jobs_total{mode="live",outcome="done"} 1.0' in await resp.text():
+                            break
+                    await asyncio.sleep(0.05)
             async with http.post(f"{worker.base}/lccn/notifications", json=op_occ()) as resp:
                 assert resp.status == 404  # a worker alone takes no notifications
     finally:
