@@ -138,16 +138,17 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(database: str, port: int, **env: str) -> Iterator[subprocess.Popen[bytes]]:
+def serve(database: str, port: int, *args: str, **env: str) -> Iterator[subprocess.Popen[bytes]]:
     """``lccn-subscriber serve`` on 127.0.0.1:``port`` with the production defaults.
 
     Only the listen port, the store and the log level (WARNING: the log handler
-    would otherwise write a line per job) are set; ``env`` adds settings.
+    would otherwise write a line per job) are set; ``args`` adds options (``--role``),
+    ``env`` settings.
     Stopped with SIGTERM on exit (killed if it does not stop in 15 s).
     """
     argv = [sys.executable, "-m", "subscriber.cli", "serve", "--port", str(port)]
     proc = subprocess.Popen(
-        [*argv, "--database", database],
+        [*argv, "--database", database, *args],
         env={**os.environ, "PYTHONPATH": str(ROOT), "LCCN_LOG__LEVEL": "WARNING", **env},
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -165,15 +166,21 @@ def serve(database: str, port: int, **env: str) -> Iterator[subprocess.Popen[byt
 
 
 async def wait_ready(url: str, proc: subprocess.Popen[bytes], within: float = 30.0) -> None:
-    """Wait until a GET of ``url`` answers 204 (the callback test Tacker sends)."""
+    """Wait until a GET of ``url`` answers 204 (the callback test Tacker sends) and, for
+    ``serve``, ``/readyz`` says ready (its worker process runs)."""
     deadline = time.monotonic() + within
+    readyz = url.split("/", 3)
+    readyz_url = "/".join([*readyz[:3], "readyz"])
     async with aiohttp.ClientSession() as http:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited with {proc.returncode}")
             try:
                 async with http.get(url) as resp:
-                    if resp.status == 204:
+                    callback = resp.status == 204
+                async with http.get(readyz_url) as resp:
+                    # The no-op server has no /readyz (404): its callback is enough.
+                    if callback and resp.status in (200, 404):
                         return
             except aiohttp.ClientError:
                 pass
@@ -194,7 +201,7 @@ async def open_events(base: str) -> int:
     )
 
 
-async def drain(base: str, within: float = 60.0) -> float:
+async def drain(base: str, within: float = 180.0) -> float:
     """Wait until the server at ``base`` has no open event; return the seconds it took."""
     start = time.perf_counter()
     while time.perf_counter() - start < within:
@@ -202,6 +209,20 @@ async def drain(base: str, within: float = 60.0) -> float:
             return time.perf_counter() - start
         await asyncio.sleep(0.2)
     raise RuntimeError(f"job backlog did not drain in {within:.0f} s")
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``serve`` and the worker it starts), parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+    return out
 
 
 def rss_mb(pid: int) -> tuple[float, float]:

@@ -11,9 +11,11 @@ Every request is the STARTING notification of a new op-occ of a new instance
   stopped before ours starts.
 * ours: ``lccn-subscriber serve`` (SQLite file, synchronous=FULL, or
   ``--database`` PostgreSQL), every event's job run by the built-in ``log``
-  handler (a job row, a step checkpoint, a lease) in the same process, as in
-  production. Warmed up, then the warm-up's jobs are worked off before the
-  timed phase starts, so no earlier backlog takes CPU from it.
+  handler (a job row, a step checkpoint, a lease), as in production: in the
+  same process (``--role single``, the default) or in serve's worker process
+  (``--role all``: ingest in one process, jobs in another).
+  Warmed up, then the warm-up's jobs are worked off before the timed phase
+  starts, so no earlier backlog takes CPU from it.
 
 Then our server is driven open-loop at half of its measured maximum (the
 issue's latency figure), and at a rate its jobs sustain (80 % of the measured
@@ -28,7 +30,8 @@ Prints throughput and p50/p99 latency of both servers, the paced latencies,
 dispatch latencies per phase, and as the last line ``ratio=<ours/no-op
 throughput>``.
 
-Usage: python bench/ingest.py [--requests N] [--concurrency C] [--database URL]
+Usage: python bench/ingest.py [--requests N] [--concurrency C] [--role single|all]
+[--database URL]
 """
 
 from __future__ import annotations
@@ -207,6 +210,13 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--role",
+        choices=("single", "all"),
+        default="single",
+        help="serve's --role: single (the default: jobs in the ingest process) or all "
+        "(jobs in a worker process)",
+    )
     add_database_argument(parser)
     args = parser.parse_args()
     n, c = args.requests, args.concurrency
@@ -215,10 +225,15 @@ async def main() -> None:
         f"HTTP ingest, {n} timed requests from {c} concurrent senders (keep-alive), "
         "each server alone"
     )
-    print("ours: lccn-subscriber serve, production defaults, log handler jobs in-process")
+    layout = {
+        "single": "one process: ingest and the log handler's jobs",
+        "all": "ingest process + worker process running the log handler's jobs",
+    }[args.role]
+    print(f"ours: lccn-subscriber serve --role {args.role}, production defaults ({layout})")
     print(f"store: {await durability(args.database)}")
     print(
-        "processes: the server under test + this one (load)"
+        f"processes: the server under test (ours: {1 if args.role == 'single' else 2}) "
+        "+ this one (load)"
         + ("" if backend_name(args.database) == "SQLite" else " + the PostgreSQL server")
     )
     print(machine())
@@ -231,7 +246,7 @@ async def main() -> None:
             base = f"http://127.0.0.1:{port}"
             url = base + PATH
             windows: dict[str, tuple[float, float]] = {}
-            with serve(database, port) as proc:
+            with serve(database, port, "--role", args.role) as proc:
                 await wait_ready(url, proc)
                 await saturate(url, [body(i) for i in range(300)], c)
                 warm = await drain(base)

@@ -13,8 +13,9 @@ instance's second ...), 64 at a time.
 
 Reads the server's resident set (VmRSS, /proc) at start, once every event is
 stored (the 204s are in; most jobs still wait), and once the backlog is worked
-off; also the peak (VmHWM). The last line is ``rss_mb=<the larger of the two
-readings>``.
+off; also the peak (VmHWM). Should ``serve`` be two processes (``--role all``:
+ingest, and the worker that runs the jobs), each is printed and every reading
+is their sum. The last line is ``rss_mb=<the larger of the two readings>``.
 
     python bench/memory.py [--events 10000] [--instances 1000] [--database URL]
 """
@@ -41,6 +42,7 @@ from benchlib import (
     machine,
     notification,
     open_events,
+    process_tree,
     rss_mb,
     scratch_database,
     serve,
@@ -85,9 +87,17 @@ async def post_all(url: str, bodies: list[bytes], concurrency: int) -> None:
         await asyncio.gather(*(sender() for _ in range(concurrency)))
 
 
+def tree_rss(pid: int) -> tuple[float, float]:
+    """(RSS now, sum of peaks) of ``serve`` and its worker, in MB; prints each process."""
+    readings = [(p, *rss_mb(p)) for p in process_tree(pid)]
+    print("  " + ", ".join(f"pid {p}: {now:.1f} MB (peak {top:.1f})" for p, now, top in readings))
+    return sum(r[1] for r in readings), sum(r[2] for r in readings)
+
+
 async def main(events: int, instances: int, server: str, concurrency: int) -> int:
     print(
-        f"RSS of `lccn-subscriber serve` (one process, production defaults, log handler) "
+        f"RSS of `lccn-subscriber serve` (production defaults, log handler; every process "
+        "of it summed) "
         f"with {events:,} events over {instances:,} instances (lanes), posted over HTTP "
         f"by {concurrency} senders"
     )
@@ -103,20 +113,20 @@ async def main(events: int, instances: int, server: str, concurrency: int) -> in
             base = f"http://127.0.0.1:{port}"
             with serve(database, port) as proc:
                 await wait_ready(base + PATH, proc)
-                idle, _ = rss_mb(proc.pid)
+                idle, _ = tree_rss(proc.pid)
                 print(f"started: {idle:.1f} MB")
                 started = time.perf_counter()
                 for batch in rounds(events, instances):
                     await post_all(base + PATH, batch, concurrency)
                 posted = time.perf_counter() - started
-                stored, _ = rss_mb(proc.pid)
+                stored, _ = tree_rss(proc.pid)
                 backlog = await open_events(base)
                 print(
                     f"all {events:,} stored ({posted:.1f} s, {events / posted:,.0f}/s), "
                     f"{backlog:,} still open: {stored:.1f} MB"
                 )
                 took = await drain(base, within=600)
-                after, peak = rss_mb(proc.pid)
+                after, peak = tree_rss(proc.pid)
                 print(
                     f"backlog worked off ({took:.1f} s more, {posted + took:.1f} s in all): "
                     f"{after:.1f} MB; peak {peak:.1f} MB"

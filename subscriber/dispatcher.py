@@ -29,6 +29,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from schemas import LcmOperationType
 from subscriber.config import DispatchSettings
@@ -57,7 +58,12 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A killed worker may linger as a zombie until its new parent reaps it.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 @dataclass(frozen=True, slots=True)

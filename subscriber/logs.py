@@ -66,9 +66,28 @@ class TextFormatter(logging.Formatter):
         return text
 
 
-def setup_logging(fmt: str = "json", level: str = "INFO") -> None:
-    """Route the root logger to stderr in the chosen format (idempotent)."""
+class _RoleFilter(logging.Filter):
+    """Marks every record with the process's ``serve`` role (ingest or worker share a stream)."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__()
+        self._role = role
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "role"):
+            record.role = self._role
+        return True
+
+
+def setup_logging(fmt: str = "json", level: str = "INFO", *, role: str | None = None) -> None:
+    """Route the root logger to stderr in the chosen format (idempotent).
+
+    Arguments:
+        role: added to every record as ``role`` (``serve``'s processes share stderr).
+    """
     handler = logging.StreamHandler(sys.stderr)
+    if role is not None:
+        handler.addFilter(_RoleFilter(role))
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):

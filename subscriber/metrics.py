@@ -12,6 +12,11 @@ Two kinds of values:
   events, seconds since the last notification), so they are true across
   restarts and replicas. That read is one query, cached for ``store_ttl``.
 
+The job side's families (jobs, steps, retries, lanes, skips) live in a
+registry of their own, :attr:`Metrics.work_registry`: when ``serve`` runs its
+jobs in a worker process, the ingest process serves its own families and the
+worker's (asked for over the link at each scrape) on one ``/metrics``.
+
 Other components set what only they know: ``consumer_lag`` (Kafka ingest).
 """
 
@@ -20,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -57,7 +62,8 @@ class Metrics:
 
     def __init__(self, *, store_ttl: float = 1.0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self.work_registry = CollectorRegistry(auto_describe=True)
+        r, w = self.registry, self.work_registry
         self.events_received = Counter(
             "lccn_events_received",
             "Events stored (duplicates excluded), by source, notification type and operation state",
@@ -74,7 +80,7 @@ class Metrics:
             "lccn_events_skipped",
             "Events recorded but not run: stale (older than a handled transition) or echo",
             ["reason"],
-            registry=r,
+            registry=w,
         )
         self.ingest_latency = Histogram(
             "lccn_ingest_latency_seconds",
@@ -84,19 +90,19 @@ class Metrics:
             registry=r,
         )
         self.jobs = Counter(
-            "lccn_jobs", "Job runs that ended, by outcome", ["outcome", "mode"], registry=r
+            "lccn_jobs", "Job runs that ended, by outcome", ["outcome", "mode"], registry=w
         )
         self.step_duration = Histogram(
             "lccn_step_duration_seconds",
             "Step run time, by step name and outcome",
             ["step", "outcome"],
             buckets=_STEP_BUCKETS,
-            registry=r,
+            registry=w,
         )
         self.retries = Counter(
             "lccn_job_retries",
             "Job attempts that failed transiently and were rescheduled",
-            registry=r,
+            registry=w,
         )
         self.auth_failures = Counter(
             "lccn_auth_failures",
@@ -111,7 +117,7 @@ class Metrics:
             registry=r,
         )
         self.lanes_active = Gauge(
-            "lccn_lanes_active", "Lanes (VNF instances) running a job in this process", registry=r
+            "lccn_lanes_active", "Lanes (VNF instances) running a job in this process", registry=w
         )
         self.queue_depth = Gauge(
             "lccn_queue_depth", "Open events in the store, by status", ["status"], registry=r
@@ -187,22 +193,44 @@ class Metrics:
             )
             self._store_read_at = time.monotonic()
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition of this registry."""
-        data: bytes = generate_latest(self.registry)
+    def render(self, *, ingest: bool = True, work: bool = True) -> bytes:
+        """The Prometheus text exposition: the ingest side's families, the job side's, or both."""
+        data = generate_latest(self.registry) if ingest else b""
+        if work:
+            data += generate_latest(self.work_registry)
         return data
 
 
-def install_metrics_route(app: web.Application, metrics: Metrics, store: Store) -> None:
-    """``GET /metrics`` on ``app``: the store-backed gauges refreshed, then the exposition."""
+WorkMetrics = Callable[[], Awaitable[bytes]]
+
+
+def install_metrics_route(
+    app: web.Application,
+    metrics: Metrics,
+    store: Store,
+    *,
+    work: WorkMetrics | None = None,
+    ingest: bool = True,
+) -> None:
+    """``GET /metrics`` on ``app``: the store-backed gauges refreshed, then the exposition.
+
+    Arguments:
+        work: where the job side's families come from when jobs run in another
+            process (the worker's exposition); ``None``: from ``metrics`` itself.
+        ingest: serve the ingest side's families (and the store-backed gauges).
+    """
 
     async def handler(request: web.Request) -> web.Response:
         metrics.run_scrape_hooks()
         try:
-            await metrics.refresh_from_store(store)
+            if ingest:
+                await metrics.refresh_from_store(store)
         except Exception:
             # Counters are still worth serving when the store is unreachable (/readyz says why).
             logging.getLogger(__name__).warning("metrics: store read failed", exc_info=True)
-        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body = metrics.render(ingest=ingest, work=work is None)
+        if work is not None:
+            body += await work()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app.router.add_route("GET", "/metrics", handler)

@@ -1,10 +1,26 @@
-"""Assembles one lccn-subscriber process: store, runner, dispatcher, ingress."""
+"""Assembles one lccn-subscriber process: store, runner, dispatcher, ingress.
+
+A process plays one role:
+
+* ``single``: everything in this process (the in-process tests, ``serve --role single``);
+* ``ingest``: the HTTP callback, the Kafka source, the subscription keeper and
+  the reconciler; jobs run elsewhere. With ``worker_argv`` it starts and
+  watches its own worker process (``serve``'s default, see
+  :mod:`subscriber.worker_link`), else a separate ``serve --role worker``
+  works off the store (woken by PostgreSQL NOTIFY, or its rescan);
+* ``worker``: the dispatcher, the handlers and the pruner, woken by its parent
+  over ``link_fd`` (or by NOTIFY); alone it answers ``/healthz``, ``/readyz``
+  and ``/metrics`` on the HTTP port.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from aiohttp import web
 
 from handlers import registry_for
 from subscriber.config import Settings
@@ -16,6 +32,7 @@ from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.hooks import DrainHook
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.kafka import KafkaSource, build_kafka_source
+from subscriber.ingest.problems import problem_middleware
 from subscriber.kernel import HandlerRegistry, Services
 from subscriber.lifecycle import Component
 from subscriber.metrics import Metrics, install_metrics_route
@@ -24,9 +41,13 @@ from subscriber.retention import Pruner
 from subscriber.runner import Runner
 from subscriber.ssh import SshPool
 from subscriber.store import Store
+from subscriber.store.wake import PgWakeListener, PgWakeSender
 from subscriber.tacker import EchoFilter, Reconciler, SubscriptionKeeper, TackerClient
+from subscriber.worker_link import ParentLink, WorkerProcess
 
-__all__ = ["Service"]
+__all__ = ["Role", "Service"]
+
+Role = Literal["single", "ingest", "worker"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +68,10 @@ def _routing_summary(registry: HandlerRegistry, settings: Settings, missing: lis
     return line
 
 
+async def _no_work_metrics() -> bytes:
+    return b""
+
+
 class Service(Component):
     """The whole service; start order store -> owned clients -> dispatcher -> ingress (HTTP,
     Kafka) -> subscription keeper -> reconciler, stop in reverse (the dispatcher drains
@@ -58,6 +83,9 @@ class Service(Component):
             ``settings.handlers.modules``).
         services: clients handed to steps; each one set wins over the service's own
             (which is then neither built nor started).
+        role: what this process runs (see the module docstring).
+        worker_argv: ``ingest`` only: start the worker process with this command line.
+        link_fd: ``worker`` only: the socket to the parent that started this worker.
     """
 
     def __init__(
@@ -66,9 +94,17 @@ class Service(Component):
         *,
         registry: HandlerRegistry | None = None,
         services: Services | None = None,
+        role: Role = "single",
+        worker_argv: Sequence[str] | None = None,
+        link_fd: int | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
+        self.role: Role = role
+        self.ingests = role in ("single", "ingest")
+        self.works = role in ("single", "worker")
+        # Set when the parent of a linked worker is gone: serve_forever returns.
+        self.orphaned = asyncio.Event()
         self.store = Store(settings.database)
         # Its own registry per Service (never the global one); /metrics serves it.
         self.metrics = Metrics()
@@ -76,6 +112,8 @@ class Service(Component):
         # The clients steps use. Ours start and stop with the service; those the
         # caller hands in (and which win over ours) are the caller's to manage.
         given = services or Services()
+        # Built (and their settings checked at start) in every role: a bad key file must
+        # fail ``serve`` itself, not only its worker. Connections open on first use.
         self.ssh = SshPool(settings.ssh) if given.ssh is None else None
         self.openstack: OpenStackClient | None = None
         if given.openstack is None and settings.openstack.enabled:
@@ -115,25 +153,59 @@ class Service(Component):
         self.pruner: Pruner | None = (
             Pruner(self.store, settings.retention) if settings.retention.enabled else None
         )
+        self.worker: WorkerProcess | None = None
+        self.link: ParentLink | None = None
+        self.wake_sender: PgWakeSender | None = None
+        self.wake_listener: PgWakeListener | None = None
+        if role == "ingest" and worker_argv is not None:
+            self.worker = WorkerProcess(worker_argv, settings.dispatch.graceful_timeout)
+            self.store.events.add_listener(self.worker.on_appended)
+        elif role == "ingest" and not self.store.db.is_sqlite:
+            self.wake_sender = PgWakeSender(self.store.db.url)
+            self.store.events.add_listener(self.wake_sender.on_appended)
+        if role == "worker" and link_fd is not None:
+            self.link = ParentLink(
+                link_fd,
+                poke=self.dispatcher.poke,
+                status=self._dispatch_status,
+                metrics=lambda: self.metrics.render(ingest=False),
+                parent_gone=self.orphaned.set,
+            )
+        elif role == "worker" and not self.store.db.is_sqlite:
+            self.wake_listener = PgWakeListener(self.store.db.url, self.dispatcher.poke)
+        self.health = Health(self.store)
+        self.subscriptions: SubscriptionKeeper | None = None
+        self.reconciler: Reconciler | None = None
+        self.kafka: KafkaSource | None = None
+        if not self.ingests:
+            # A worker alone answers health and metrics on the HTTP port; a linked one does not.
+            self.app = web.Application(middlewares=[problem_middleware])
+            self.health.install(self.app)
+            install_metrics_route(self.app, self.metrics, self.store, ingest=False)
+            self.ingress = CallbackIngress(settings.http, self.app)
+            return
         hook_path = settings.hooks.path if settings.hooks.bearer() else None
         self.app = make_app(settings.http, self.store.events, hook_path=hook_path)
         # Components add readiness checks here (Kafka assigned, subscription present ...).
-        self.health = Health(self.store)
         self.health.install(self.app)
-        install_metrics_route(self.app, self.metrics, self.store)
+        work = None
+        if not self.works:
+            # Jobs run elsewhere: their families come from our worker (or its own port).
+            work = self.worker.metrics_text if self.worker is not None else _no_work_metrics
+        install_metrics_route(self.app, self.metrics, self.store, work=work)
+        if self.worker is not None:
+            self.health.register("worker", self.worker.readiness)
         self.auth = CallbackAuth(settings.auth, settings.http.path, self.metrics)
         self.auth.install(self.app)
-        self.hooks = DrainHook(settings.hooks, self.store, wake=self.dispatcher.poke)
+        self.hooks = DrainHook(settings.hooks, self.store, wake=self._poke)
         self.hooks.install(self.app)
         self.ingress = CallbackIngress(
             settings.http, self.app, ssl_context=build_ssl_context(settings.auth)
         )
         # Only when kafka.bootstrap_servers is configured.
-        self.kafka: KafkaSource | None = build_kafka_source(settings, self.store.events)
+        self.kafka = build_kafka_source(settings, self.store.events)
         if self.kafka is not None:
             self._observe_kafka(self.kafka)
-        self.subscriptions: SubscriptionKeeper | None = None
-        self.reconciler: Reconciler | None = None
         if self.tacker is not None and settings.tacker.subscribe_on_start:
             self.subscriptions = SubscriptionKeeper(self.tacker, settings)
             self.health.register("subscription", self.subscriptions.readiness)
@@ -145,6 +217,20 @@ class Service(Component):
                 settings.tacker,
                 subscription_id=lambda: keeper.subscription_id if keeper else None,
             )
+
+    def _poke(self, lane: str | None = None) -> None:
+        """Wake whoever runs the jobs (this process's dispatcher, or the worker)."""
+        if self.works:
+            self.dispatcher.poke(lane)
+        elif self.worker is not None:
+            self.worker.wake(lane)
+        elif self.wake_sender is not None:
+            self.wake_sender.wake(lane)
+
+    def _dispatch_status(self) -> tuple[str, str | None]:
+        if not self.settings.dispatch.enabled:
+            return "off", None
+        return self.dispatcher.state.value, self.dispatcher.failure
 
     def _observe_kafka(self, kafka: KafkaSource) -> None:
         """Kafka readiness in /readyz and its lag in ``lccn_consumer_lag``."""
@@ -169,10 +255,21 @@ class Service(Component):
         await self._start_child(self.store)
         for client in self._owned:
             await self._start_child(client)
-        if self.settings.dispatch.enabled:
-            await self._start_child(self.dispatcher)
-        if self.pruner is not None:
-            await self._start_child(self.pruner)
+        if self.works:
+            if self.settings.dispatch.enabled:
+                await self._start_child(self.dispatcher)
+            if self.pruner is not None:
+                await self._start_child(self.pruner)
+            for waker in (self.link, self.wake_listener):
+                if waker is not None:
+                    await self._start_child(waker)
+            if not self.ingests:
+                if self.link is None:
+                    await self._start_child(self.ingress)
+                log.info(self._routing_line)
+                return
+        if self.wake_sender is not None:
+            await self._start_child(self.wake_sender)
         await self._start_child(self.ingress)
         if self.kafka is not None:
             # Returns at once; connecting and joining the group go on in
@@ -183,14 +280,32 @@ class Service(Component):
             await self._start_child(self.subscriptions)
         if self.reconciler is not None:
             await self._start_child(self.reconciler)
-        log.info(self._routing_line)
+        # Last: a start that failed (port taken, Tacker refused us) leaves no worker behind.
+        if self.worker is not None:
+            await self._start_child(self.worker)
+        if self.role == "single":
+            log.info(self._routing_line)
+
+    async def _stop(self) -> None:
+        if self.worker is None:
+            return
+        # Stop taking notifications before the worker drains its running steps.
+        for part in (self.reconciler, self.subscriptions, self.kafka, self.ingress):
+            if part is not None:
+                await part.stop()
 
     async def serve_forever(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set (SIGTERM/SIGINT in the CLI)."""
         async with self:
             frozen = freeze_long_lived()
             log.debug("moved %d start-up objects out of the collector's reach", frozen)
-            await stop.wait()
+            stopped = asyncio.ensure_future(stop.wait())
+            orphaned = asyncio.ensure_future(self.orphaned.wait())
+            try:
+                await asyncio.wait((stopped, orphaned), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                orphaned.cancel()
             log.info(
                 "stopping", extra={"graceful_timeout": self.settings.dispatch.graceful_timeout}
             )

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
+from tests.proctree import alive, gone, tree
 
 REPO = Path(__file__).resolve().parent.parent
 TERMINAL = {"done", "failed", "ignored", "stale"}
@@ -56,12 +57,15 @@ class ServeProcess:
             )
 
     async def ready(self, timeout: float = 30) -> None:
+        """The callback answers and ``/readyz`` says ready (the worker runs jobs too)."""
         async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
             while True:
                 assert self.proc is not None and self.proc.poll() is None, self.log_text()
                 try:
                     async with http.get(self.url) as resp:
-                        if resp.status == 204:
+                        callback = resp.status == 204
+                    async with http.get(f"http://127.0.0.1:{self.port}/readyz") as resp:
+                        if callback and resp.status == 200:
                             return
                 except aiohttp.ClientError:
                     pass
@@ -141,7 +145,10 @@ async def test_sigkill_mid_stream_loses_nothing_and_never_reruns_a_side_effect(
         async with asyncio.timeout(30):
             while len(Path(serve.env["LCCN_TEST_SIDE_EFFECTS"]).read_text().splitlines()) < 10:
                 await asyncio.sleep(0.01)
+        assert serve.proc is not None
+        pids = tree(serve.proc.pid)
         serve.kill(signal.SIGKILL)
+        await gone(pids)  # no orphan worker goes on running jobs
         await asyncio.gather(*senders)
     assert 0 < len(acked) < len(bodies), "the kill should land mid-stream"
 
@@ -183,12 +190,14 @@ async def test_sigterm_stops_intake_and_lets_the_running_step_finish(serve: Serv
             while not Path(serve.env["LCCN_TEST_SIDE_EFFECTS"]).read_text():
                 await asyncio.sleep(0.01)
         assert serve.proc is not None
+        pids = tree(serve.proc.pid)
         serve.proc.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.3)
         with pytest.raises(aiohttp.ClientError):
             async with http.post(serve.url, json=op_occ()) as resp:
                 pass
     assert serve.proc.wait(20) == 0
+    assert not [p for p in pids if alive(p)], "the worker outlived serve's SIGTERM"
     assert serve.rows("SELECT status FROM events") == [("done",)]
     assert serve.rows("SELECT name, status FROM steps ORDER BY idx") == [
         ("prepare", "done"),
