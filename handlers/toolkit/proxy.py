@@ -54,24 +54,6 @@ CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/http-proxy.conf"
 _EXPAND_LIMIT = 256  # k8s_node_cidr hosts listed one by one up to this many addresses
 _HEADER = "lccn-subscriber: k8s_cluster_installation_param.proxy (rewritten on every operation)"
 
-# Writes stdin to $1 with mode $2 unless it already holds exactly that; prints
-# "changed" or "unchanged". The temporary file is in the target directory (an
-# atomic rename) and starts with a dot, which apt and systemd both ignore.
-_WRITE = r"""set -e
-path=$1 mode=$2
-dir=$(dirname "$path")
-mkdir -p "$dir"
-tmp=$(mktemp "$dir/.lccn.XXXXXX")
-trap 'rm -f "$tmp"' EXIT
-chmod "$mode" "$tmp"
-cat > "$tmp"
-if [ -f "$path" ] && cmp -s "$tmp" "$path" && [ "$(stat -c %a "$path")" = "$mode" ]; then
-  echo unchanged
-else
-  mv -f "$tmp" "$path"
-  echo changed
-fi
-"""
 # containerd reads its environment at start: restart it if it runs (systemd only).
 _RESTART = r"""if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
   systemctl daemon-reload
@@ -203,9 +185,9 @@ async def _write(
     *,
     step: str | None,
 ) -> bool:
-    command = f"bash -c {shlex.quote(_WRITE)} write {shlex.quote(path)} {mode}"
-    result = await shell.run(node, command, input=content, secrets=proxy_secrets(shell.params))
-    return result.check(step=step).stdout.strip().splitlines()[-1:] == ["changed"]
+    return await shell.write_file(
+        node, path, content, mode, secrets=proxy_secrets(shell.params), step=step
+    )
 
 
 async def apply_proxy(

@@ -70,23 +70,6 @@ HOSTS_END = "# lccn-subscriber registries end"
 _HEADER = "# lccn-subscriber: k8s_cluster_installation_param.private_registry_connection_info"
 VERIFY_TIMEOUT = 20  # seconds curl may take for one GET /v2/
 
-# Writes stdin to $1 with mode $2 unless it already holds exactly that; prints
-# "changed" or "unchanged" (temporary file beside the target: an atomic rename).
-_WRITE = r"""set -e
-path=$1 mode=$2
-dir=$(dirname "$path")
-mkdir -p "$dir"
-tmp=$(mktemp "$dir/.lccn.XXXXXX")
-trap 'rm -f "$tmp"' EXIT
-chmod "$mode" "$tmp"
-cat > "$tmp"
-if [ -f "$path" ] && cmp -s "$tmp" "$path" && [ "$(stat -c %a "$path")" = "$mode" ]; then
-  echo unchanged
-else
-  mv -f "$tmp" "$path"
-  echo changed
-fi
-"""
 # Our block of /etc/hosts replaced by stdin (kept in place of the old one, or appended).
 _HOSTS = r"""set -e
 tmp=$(mktemp)
@@ -228,10 +211,8 @@ def _last_line(text: str) -> str:
 async def _write(
     shell: NodeShell, node: ClusterNode, path: str, content: str, mode: str, *, step: str | None
 ) -> bool:
-    command = f"bash -c {shlex.quote(_WRITE)} write {shlex.quote(path)} {mode}"
     secrets = registry_secrets(shell.params.private_registry_connection_info)
-    result = await shell.run(node, command, input=content, secrets=secrets)
-    return _last_line(result.check(step=step).stdout) == "changed"
+    return await shell.write_file(node, path, content, mode, secrets=secrets, step=step)
 
 
 async def verify_login(

@@ -18,6 +18,24 @@ __all__ = ["ADMIN_CONF", "NodeShell"]
 
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
 
+# Writes stdin to $1 with mode $2 unless it already holds exactly that; prints
+# "changed" or "unchanged".
+_WRITE_IF_CHANGED = r"""set -e
+path=$1 mode=$2
+dir=$(dirname "$path")
+mkdir -p "$dir"
+tmp=$(mktemp "$dir/.lccn.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
+chmod "$mode" "$tmp"
+cat > "$tmp"
+if [ -f "$path" ] && cmp -s "$tmp" "$path" && [ "$(stat -c %a "$path")" = "$mode" ]; then
+  echo unchanged
+else
+  mv -f "$tmp" "$path"
+  echo changed
+fi
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class NodeShell:
@@ -75,6 +93,29 @@ class NodeShell:
             input=input,
             secrets=secrets,
         )
+
+    async def write_file(
+        self,
+        node: ClusterNode,
+        path: str,
+        content: str,
+        mode: str,
+        *,
+        secrets: Sequence[str] = (),
+        step: str | None = None,
+    ) -> bool:
+        """Write ``content`` (over stdin, never argv) to ``path`` on ``node`` with ``mode``
+        (octal, e.g. ``"600"``), unless it already holds exactly that; ``True`` if it changed.
+
+        The temporary file sits beside the target (an atomic rename) and starts with a
+        dot, which apt, systemd and containerd all ignore.
+
+        Raises:
+            CommandFailed: the write failed on the node (``secrets`` masked).
+        """
+        command = f"bash -c {shlex.quote(_WRITE_IF_CHANGED)} write {shlex.quote(path)} {mode}"
+        result = await self.run(node, command, input=content, secrets=secrets)
+        return result.check(step=step).stdout.strip().splitlines()[-1:] == ["changed"]
 
     def kubectl(self, args: str) -> str:
         """A kubectl command line using the admin kubeconfig (works as root on any master)."""
