@@ -83,6 +83,25 @@ def callback_url(svc: Service) -> str:
 TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison"})
 
 
+async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:
+    """Run a settled event's job once more, from step one, as an operator's replay does
+    (through its lane, under the lane's lease); return the event once settled again.
+
+    Calling ``svc.runner.run`` directly instead races the running dispatcher, which may
+    take the same event meanwhile and resume the same job beside it."""
+    import asyncio
+
+    assert await svc.store.replays.request([event_id], "anew") == [event_id]
+    event = await svc.store.events.get(event_id)
+    svc.dispatcher.poke(event.vnf_instance_id)
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await svc.store.events.get(event_id)
+            if event.status in TERMINAL and not event.replay_mode:
+                return event
+            await asyncio.sleep(0.05)
+
+
 async def wait_settled(svc: Service, count: int | None = None, timeout: float = 20.0) -> list[Any]:
     """Wait until (``count``) stored events all reached a terminal status; return them."""
     import asyncio

@@ -23,7 +23,7 @@ from subscriber.kernel import Services
 from subscriber.service import Service
 from subscriber.store import StepStatus
 from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params
-from tests.conftest import callback_url, make_settings, wait_settled
+from tests.conftest import callback_url, make_settings, rerun, wait_settled
 from tests.factories import op_occ
 from tests.testbed import testhosts
 
@@ -152,7 +152,7 @@ async def test_simple_cluster_then_replay_is_a_no_op(
         # The same job again: every guarded step skips, nothing new on the cluster.
         calls_before = len(bed.calls())
         kubeadm_before = [c for c in bed.calls() if c["tool"] == "kubeadm"]
-        assert await svc.runner.run(await svc.store.events.get(event.id)) is not None
+        assert (await rerun(svc, event.id)).status == "done"
         statuses = await steps_of(svc, event.id)
         assert statuses[f"init-master-{m_name}"] == StepStatus.SKIPPED
         assert statuses["join-workers"] == StepStatus.SKIPPED

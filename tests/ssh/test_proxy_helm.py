@@ -22,7 +22,7 @@ from subscriber.config import Settings, SshSettings
 from subscriber.kernel import Services
 from subscriber.service import Service
 from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ, rebuild_vnfc
-from tests.conftest import make_settings
+from tests.conftest import make_settings, rerun
 from tests.ssh.test_day2 import CLUSTER, Cluster, name_of
 
 from .conftest import testhosts
@@ -159,7 +159,7 @@ async def test_proxy_and_helm_on_instantiate_rerun_then_scale_out(
         assert ran["ran"] == [name_of(master, "master")] and ran["path"] == HELM_PATH
 
         # The same job again: the same files, Helm not run again.
-        assert await c.svc.runner.run(await c.svc.store.events.get(event.id)) is not None
+        assert (await rerun(c.svc, event.id)).status == "done"
         steps = await c.steps(event.id)
         assert steps["install-helm"] == "skipped"
         again = await result_of(c, event.id, "configure-proxy")

@@ -28,7 +28,7 @@ from subscriber.kernel import Services
 from subscriber.kernel.ports import PortAddresses
 from subscriber.service import Service
 from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params, lcm_op_occ, uid
-from tests.conftest import make_settings
+from tests.conftest import make_settings, rerun
 from tests.ssh.test_day2 import CLUSTER, Cluster
 from tests.ssh.test_proxy_helm import fs, result_of
 
@@ -211,7 +211,7 @@ async def test_storage_server_nfs_and_pvs_then_a_rebuilt_storage_server(
         }
 
         # The same job again changes nothing.
-        assert await svc.runner.run(await svc.store.events.get(event.id)) is not None
+        assert (await rerun(svc, event.id)).status == "done"
         again = await result_of(c, event.id, "storage-server")
         assert again["volumes"][MOUNT]["done"] == "mounted-already"
         assert again["exportsChanged"] is False
