@@ -73,14 +73,16 @@ VERIFY_TIMEOUT = 20  # seconds curl may take for one GET /v2/
 # Our block of /etc/hosts replaced by stdin (kept in place of the old one, or appended).
 _HOSTS = r"""set -e
 tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
-block=$(cat)
-awk -v b="$1" -v e="$2" '
-  $0 == b { inside = 1; next }
+new=$(mktemp)
+trap 'rm -f "$tmp" "$new"' EXIT
+cat > "$new"
+awk -v b="$1" -v e="$2" -v f="$new" '
+  function ours() { while ((getline line < f) > 0) print line; done = 1 }
+  $0 == b { inside = 1; if (!done) ours(); next }
   $0 == e { inside = 0; next }
   !inside { print }
+  END { if (!done) ours() }
 ' /etc/hosts > "$tmp"
-[ -z "$block" ] || printf '%s\n' "$block" >> "$tmp"
 if cmp -s "$tmp" /etc/hosts; then echo unchanged; else cat "$tmp" > /etc/hosts; echo changed; fi
 """
 # containerd reads certs.d only when config_path names it; the default config

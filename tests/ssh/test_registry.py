@@ -34,7 +34,7 @@ from subscriber.kernel.ports import CommandResult, SshTarget
 from subscriber.service import Service
 from subscriber.ssh import SshPool
 from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ, rebuild_vnfc
-from tests.conftest import make_settings
+from tests.conftest import make_settings, rerun
 from tests.ssh.test_day2 import CLUSTER, Cluster, name_of
 from tests.testbed import registry as test_registry
 
@@ -230,7 +230,7 @@ async def test_registry_login_accepted_rerun_changes_nothing_scale_out_adds_the_
 
         # The same job again: nothing changes, the check runs again and passes.
         before = {h.name: auth_file(bed, h).stat().st_mtime_ns for h in (master, w1)}
-        assert await c.svc.runner.run(await c.svc.store.events.get(event.id)) is not None
+        assert (await rerun(c.svc, event.id)).status == "done"
         again = await result_of(c, event.id, "configure-registry")
         assert all(n["changed"] == [] for n in again["nodes"].values()), again
         assert {h.name: auth_file(bed, h).stat().st_mtime_ns for h in (master, w1)} == before

@@ -348,3 +348,30 @@ def test_registry_module_paths_are_where_the_readme_says() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for path in (registry.AUTH_CONFIG, registry.CERTS_D):
         assert path in readme
+
+
+def test_hosts_block_is_replaced_where_it_stands(tmp_path: Path) -> None:
+    """Another block moving past ours (configure-hosts appends its own) is no change of
+    ours; a new entry is replaced in place; no entries remove the block."""
+    import subprocess
+
+    hosts = tmp_path / "hosts"
+    script = registry._HOSTS.replace("/etc/hosts", str(hosts))
+
+    def write(block: str) -> str:
+        argv = ["bash", "-c", script, "hosts", registry.HOSTS_BEGIN, registry.HOSTS_END]
+        out = subprocess.run(argv, input=block, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    cluster = "# cluster begin\n10.0.0.1 master1\n# cluster end\n"
+    ours = f"{registry.HOSTS_BEGIN}\n10.1.1.1 registry.test\n{registry.HOSTS_END}"
+    hosts.write_text("127.0.0.1 localhost\n" + cluster)
+    assert write(ours) == "changed"
+    assert write(ours) == "unchanged"
+    hosts.write_text(hosts.read_text().replace(cluster, "") + cluster)  # the cluster's moved
+    assert write(ours) == "unchanged"
+    assert hosts.read_text() == f"127.0.0.1 localhost\n{ours}\n{cluster}"
+    assert write(ours.replace("10.1.1.1", "10.1.1.2")) == "changed"
+    assert "10.1.1.2 registry.test\n" in hosts.read_text()
+    assert write("") == "changed"
+    assert hosts.read_text() == "127.0.0.1 localhost\n" + cluster
