@@ -13,7 +13,9 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from subscriber.errors import OpenStackNotFound, TackerRejected
+import pytest
+
+from subscriber.errors import OpenStackNotFound, SkipStep, TackerRejected
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
 from subscriber.kernel.ports import KubernetesAccess, PortAddresses, ServerPlacement
 
@@ -334,3 +336,18 @@ def lcm_op_occ(
         "operationParams": {"additionalParams": params} if params else {},
     }
     return occ_id
+
+
+async def assert_only_new_nodes(step: Step, ctx: JobContext, added: str) -> None:
+    """On SCALE/HEAL ``step`` touches only the added and rebuilt nodes (``added`` here,
+    already written, so nothing changes on it), and skips when there are none."""
+    ctx.results["discover"] = {
+        **ctx.results["discover"],
+        "changes": {"added": [added], "replaced": [], "departed": []},
+    }
+    result = await step.run(ctx)
+    assert list(result["nodes"]) == [added]
+    assert result["nodes"][added]["changed"] == []  # written before: nothing new
+    ctx.results["discover"]["changes"] = {"added": [], "replaced": [], "departed": []}
+    with pytest.raises(SkipStep, match="no new or rebuilt node"):
+        await step.run(ctx)

@@ -29,7 +29,13 @@ from subscriber.errors import ClusterParamsError, PermanentStepError, SkipStep, 
 from subscriber.kernel import JobContext, Services, Step
 from subscriber.kernel.ports import CommandResult, SshTarget
 from subscriber.tacker import TackerClient
-from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params
+from tests.cluster_fakes import (
+    FakeOpenStack,
+    FakeTacker,
+    assert_only_new_nodes,
+    cluster_vnf,
+    k8s_params,
+)
 from tests.unit.test_cluster_handlers import ctx_for
 
 PASSWORD = "S3cr%40t-pw"  # percent-encoded '@' inside: systemd must not expand it
@@ -246,16 +252,7 @@ async def test_proxy_step_touches_every_node_on_instantiate_only_new_ones_later(
     assert_no_secret(result)
 
     # SCALE/HEAL: only the added and rebuilt nodes
-    ctx.results["discover"] = {
-        **topo.as_json(),
-        "changes": {"added": ["worker4"], "replaced": [], "departed": []},
-    }
-    result = await step.run(ctx)
-    assert list(result["nodes"]) == ["worker4"]
-    assert result["nodes"]["worker4"]["changed"] == []  # written before: nothing new
-    ctx.results["discover"]["changes"] = {"added": [], "replaced": [], "departed": []}
-    with pytest.raises(SkipStep, match="no new or rebuilt node"):
-        await step.run(ctx)
+    await assert_only_new_nodes(step, ctx, "worker4")
 
 
 async def test_proxy_step_skips_without_a_proxy() -> None:

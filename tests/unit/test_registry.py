@@ -34,7 +34,7 @@ from subscriber.errors import (
 )
 from subscriber.kernel import Services, Step
 from subscriber.kernel.ports import CommandResult, SshTarget
-from tests.cluster_fakes import cluster_vnf, k8s_params
+from tests.cluster_fakes import assert_only_new_nodes, cluster_vnf, k8s_params
 from tests.unit.test_cluster_handlers import ctx_for
 
 PASSWORD = 'R3g"is\\try:pw'  # a quote, a backslash and a colon: curl's config quoting
@@ -298,16 +298,7 @@ async def test_registry_step_every_node_on_instantiate_only_new_ones_later() -> 
         assert ssh.files[(node.ssh_ip, registry.ca_path(SERVER))] == CA.decode()
     assert_no_secret(result)
 
-    ctx.results["discover"] = {
-        **topo.as_json(),
-        "changes": {"added": ["worker4"], "replaced": [], "departed": []},
-    }
-    result = await step.run(ctx)
-    assert list(result["nodes"]) == ["worker4"]
-    assert result["nodes"]["worker4"]["changed"] == []  # written before: nothing new
-    ctx.results["discover"]["changes"] = {"added": [], "replaced": [], "departed": []}
-    with pytest.raises(SkipStep, match="no new or rebuilt node"):
-        await step.run(ctx)
+    await assert_only_new_nodes(step, ctx, "worker4")
 
 
 async def test_registry_step_refuses_a_missing_or_bad_certificate_and_skips_without() -> None:
