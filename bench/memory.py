@@ -11,13 +11,18 @@ TERMINATE STARTING, repeated if more events per instance are asked for. They
 are posted round by round (every instance's first transition, then every
 instance's second ...), 64 at a time.
 
-Reads the server's resident set (VmRSS, /proc) at start, once every event is
-stored (the 204s are in; most jobs still wait), and once the backlog is worked
-off; also the peak (VmHWM). Should ``serve`` be two processes (``--role all``:
-ingest, and the worker that runs the jobs), each is printed and every reading
-is their sum. The last line is ``rss_mb=<the larger of the two readings>``.
+Reads the server's resident memory at start, once every event is stored (the
+204s are in; most jobs still wait), and once the backlog is worked off. ``serve``
+is two processes by default (ingest, and the worker it forks, which runs the
+jobs and shares the start-up heap with it copy-on-write): each reading is the
+resident memory of the two together, every physical page counted once
+(``/proc/PID/pagemap``; the sum of PSS where page frames cannot be read). The
+RSS of each process and their plain sum (which counts every shared page twice)
+and the peaks (VmHWM) are printed beside it. The last line is
+``rss_mb=<the larger of the two readings>``.
 
-    python bench/memory.py [--events 10000] [--instances 1000] [--database URL]
+    python bench/memory.py [--events 10000] [--instances 1000] [--role all|single]
+    [--database URL]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from benchlib import (
     rss_mb,
     scratch_database,
     serve,
+    tree_resident_mb,
     wait_ready,
 )
 
@@ -88,22 +94,29 @@ async def post_all(url: str, bodies: list[bytes], concurrency: int) -> None:
 
 
 def tree_rss(pid: int) -> tuple[float, float]:
-    """(RSS now, sum of peaks) of ``serve`` and its worker, in MB; prints each process."""
-    readings = [(p, *rss_mb(p)) for p in process_tree(pid)]
-    print("  " + ", ".join(f"pid {p}: {now:.1f} MB (peak {top:.1f})" for p, now, top in readings))
-    return sum(r[1] for r in readings), sum(r[2] for r in readings)
-
-
-async def main(events: int, instances: int, server: str, concurrency: int) -> int:
+    """(resident memory of ``serve`` and its worker together, sum of their peaks), in MB;
+    prints each process and the plain RSS sum."""
+    pids = process_tree(pid)
+    readings = [(p, *rss_mb(p)) for p in pids]
+    together, summed = tree_resident_mb(pids)
     print(
-        f"RSS of `lccn-subscriber serve` (production defaults, log handler; every process "
-        "of it summed) "
+        "  "
+        + ", ".join(f"pid {p}: RSS {now:.1f} MB (peak {top:.1f})" for p, now, top in readings)
+        + (f"; RSS summed {summed:.1f} MB, together {together:.1f} MB" if len(pids) > 1 else "")
+    )
+    return together, sum(r[2] for r in readings)
+
+
+async def main(events: int, instances: int, server: str, concurrency: int, role: str) -> int:
+    print(
+        f"resident memory of `lccn-subscriber serve --role {role}` (production defaults, log "
+        "handler; its processes together, each physical page once) "
         f"with {events:,} events over {instances:,} instances (lanes), posted over HTTP "
         f"by {concurrency} senders"
     )
     print(f"store: {await durability(server)}")
     print(
-        "processes: serve + this one (load)"
+        f"processes: serve ({2 if role == 'all' else 1}) + this one (load)"
         + ("" if backend_name(server) == "SQLite" else " + the PostgreSQL server")
     )
     print(machine())
@@ -111,7 +124,7 @@ async def main(events: int, instances: int, server: str, concurrency: int) -> in
         async with scratch_database(server, Path(tmp), "memory") as database:
             port = free_port()
             base = f"http://127.0.0.1:{port}"
-            with serve(database, port) as proc:
+            with serve(database, port, "--role", role) as proc:
                 await wait_ready(base + PATH, proc)
                 idle, _ = tree_rss(proc.pid)
                 print(f"started: {idle:.1f} MB")
@@ -129,7 +142,7 @@ async def main(events: int, instances: int, server: str, concurrency: int) -> in
                 after, peak = tree_rss(proc.pid)
                 print(
                     f"backlog worked off ({took:.1f} s more, {posted + took:.1f} s in all): "
-                    f"{after:.1f} MB; peak {peak:.1f} MB"
+                    f"{after:.1f} MB; peaks summed {peak:.1f} MB"
                 )
                 if proc.poll() is not None:
                     print(f"error: serve exited with {proc.returncode}", file=sys.stderr)
@@ -145,6 +158,14 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--instances", type=int, default=1_000)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--role",
+        choices=("all", "single"),
+        default="all",
+        help="serve's --role: all (the default: ingest + the worker it forks) or single",
+    )
     add_database_argument(parser)
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.events, args.instances, args.database, args.concurrency)))
+    sys.exit(
+        asyncio.run(main(args.events, args.instances, args.database, args.concurrency, args.role))
+    )

@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from subscriber.store import Store
-from subscriber.store.migrate import current_revision, head_revision
+from subscriber.store.migrate import HEAD_REVISION, current_revision
 
 __all__ = ["CheckResult", "Health", "ReadinessCheck"]
 
@@ -52,7 +52,6 @@ class Health:
         self._timeout = check_timeout
         self._cached: tuple[float, bool, dict[str, CheckResult]] | None = None
         self._lock = asyncio.Lock()
-        self._head: str | None = None
 
     def register(self, name: str, check: ReadinessCheck) -> None:
         """Add a readiness check: ``async def check() -> CheckResult``.
@@ -65,11 +64,9 @@ class Health:
         self._checks[name] = check
 
     async def _store_check(self) -> CheckResult:
-        if self._head is None:
-            self._head = head_revision()
         current = await current_revision(self._store.db)
-        if current != self._head:
-            return CheckResult(False, f"schema at {current}, expected {self._head}")
+        if current != HEAD_REVISION:
+            return CheckResult(False, f"schema at {current}, expected {HEAD_REVISION}")
         return CheckResult(True)
 
     async def _run(self, name: str, check: ReadinessCheck) -> CheckResult:

@@ -13,7 +13,7 @@ __all__ = ["add_parsers"]
 def _cmd_upgrade(args: argparse.Namespace) -> int:
     from subscriber.redact import redact_url
     from subscriber.store import Store
-    from subscriber.store.migrate import head_revision
+    from subscriber.store.migrate import HEAD_REVISION
 
     settings = settings_from(args)
 
@@ -22,7 +22,7 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
 
     # Opening the store migrates it.
     asyncio.run(with_store(settings, noop))
-    print(f"{redact_url(settings.database.resolved_url())} is at revision {head_revision()}")
+    print(f"{redact_url(settings.database.resolved_url())} is at revision {HEAD_REVISION}")
     return EXIT_OK
 
 

@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
 from schemas import NotificationParseError, parse_notification_data
 from subscriber.cli.helpers import (
     EXIT_CONFIG,
@@ -32,7 +30,6 @@ from subscriber.cli.helpers import (
 )
 from subscriber.config import KafkaSettings, Settings
 from subscriber.errors import LccnError, PublishInputError
-from subscriber.ingest.kafka_client import client_options, kafka_errors, producer_options
 
 __all__ = [
     "add_parsers",
@@ -170,6 +167,12 @@ async def group_lag(section: KafkaSettings) -> list[dict[str, Any]]:
         BrokerUnavailable: no broker answered.
         IngestError: another Kafka error.
     """
+    # Imported here, as in _produce: serve imports this module, and aiokafka is only
+    # loaded when Kafka is used.
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from subscriber.ingest.kafka_client import client_options, kafka_errors
+
     consumer = AIOKafkaConsumer(
         **client_options(section),
         group_id=section.group_id,
@@ -308,6 +311,10 @@ async def kafka_publish(
 
 
 async def _produce(section: KafkaSettings, topic: str, items: list[dict[str, Any]]) -> int:
+    from aiokafka import AIOKafkaProducer
+
+    from subscriber.ingest.kafka_client import kafka_errors, producer_options
+
     producer = AIOKafkaProducer(**producer_options(section))
     with kafka_errors(f"publish to {topic!r}"):
         try:

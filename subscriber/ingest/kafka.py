@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from subscriber.config import KafkaSettings, Settings
+from subscriber.config import KafkaSettings
 from subscriber.errors import RecordRejected
 from subscriber.ingest.kafka_client import consumer_options
 from subscriber.ingest.kafka_records import (
@@ -54,7 +54,6 @@ __all__ = [
     "EventSink",
     "KafkaSource",
     "KafkaSourceStatus",
-    "build_kafka_source",
 ]
 
 log = logging.getLogger(__name__)
@@ -631,16 +630,3 @@ async def _stop_quietly(consumer: Any, within: float) -> None:
         log.warning("kafka consumer did not stop within %.0f s; abandoned", within)
     except Exception as exc:
         log.debug("kafka consumer stop failed: %r", exc)
-
-
-def build_kafka_source(settings: Settings | KafkaSettings, sink: EventSink) -> KafkaSource | None:
-    """The Kafka source ``serve`` should run, or ``None`` when Kafka is not configured.
-
-    Arguments:
-        settings: the whole settings or just the ``kafka`` section.
-        sink: normally ``store.events``.
-    """
-    section = settings.kafka if isinstance(settings, Settings) else settings
-    if not section.enabled:
-        return None
-    return KafkaSource(section, sink)

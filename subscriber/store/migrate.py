@@ -1,45 +1,86 @@
-"""Alembic migrations, run programmatically through the store's Database."""
+"""The store's schema revision, and Alembic migrations run through the store's Database.
+
+The revision is read with plain SQL, and Alembic (with Mako and Pygments, about
+10 MB resident) is imported only when the schema is behind :data:`HEAD_REVISION`
+and :func:`upgrade` has to migrate it: a service started on a current store
+never loads it.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from subscriber.store.database import Database
 
-__all__ = ["current_revision", "head_revision", "upgrade"]
+if TYPE_CHECKING:
+    from alembic.config import Config
 
-_SCRIPT_LOCATION = str(Path(__file__).resolve().parent.parent / "migrations")
+__all__ = ["HEAD_REVISION", "SCRIPT_LOCATION", "MigrationError", "current_revision", "upgrade"]
+
+# The newest migration in subscriber/migrations/versions. Bump it with every new one:
+# tests/unit/test_migrate.py fails while it differs from Alembic's head.
+HEAD_REVISION = "0006"
+
+SCRIPT_LOCATION = str(Path(__file__).resolve().parent.parent / "migrations")
 
 
-def _config(connection: Connection | None = None) -> Config:
+class MigrationError(Exception):
+    """Alembic refused to migrate (its ``CommandError``, chained); ``too_new``: the store's
+    revision is none of ours, so a newer lccn-subscriber migrated it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.too_new = "Can't locate revision" in message
+
+
+def _config(connection: Connection) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
-    cfg.set_main_option("script_location", _SCRIPT_LOCATION)
-    if connection is not None:
-        cfg.attributes["connection"] = connection
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    cfg.attributes["connection"] = connection
     return cfg
 
 
-def head_revision() -> str | None:
-    return ScriptDirectory.from_config(_config()).get_current_head()
-
-
-async def upgrade(db: Database, revision: str = "head") -> None:
-    """Bring the store's schema up to ``revision`` (idempotent)."""
-
-    def run(connection: Connection) -> None:
-        command.upgrade(_config(connection), revision)
-
-    await db.write_batch([run])
+def _read_revision(connection: Connection) -> str | None:
+    # What Alembic's MigrationContext.get_current_revision reads, without Alembic.
+    if not sa.inspect(connection).has_table("alembic_version"):
+        return None
+    rows = connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
+    # Several rows (branches) are never ours: shown as they are, and never the head.
+    return ",".join(sorted(rows)) or None
 
 
 async def current_revision(db: Database) -> str | None:
-    def read(connection: Connection) -> str | None:
-        return MigrationContext.configure(connection).get_current_revision()
+    """The store's schema revision; ``None`` when it has none yet (an empty database).
 
-    return await db.read(read)
+    Raises:
+        SQLAlchemyError, OSError: the database cannot be reached.
+    """
+    return await db.read(_read_revision)
+
+
+async def upgrade(db: Database) -> None:
+    """Bring the store's schema up to :data:`HEAD_REVISION` (idempotent; Alembic is only
+    imported when the schema is behind).
+
+    Raises:
+        MigrationError: Alembic refused (``too_new``: a newer lccn-subscriber migrated it).
+        SQLAlchemyError, OSError: the database cannot be reached.
+    """
+    if await current_revision(db) == HEAD_REVISION:
+        return
+    from alembic import command
+    from alembic.util.exc import CommandError
+
+    def run(connection: Connection) -> None:
+        command.upgrade(_config(connection), "head")
+
+    try:
+        await db.write_batch([run])
+    except CommandError as exc:
+        raise MigrationError(str(exc)) from exc

@@ -16,7 +16,6 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 
-import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
 from subscriber.lifecycle import Component
@@ -71,6 +70,8 @@ class PgWakeSender(Component):
         self._queue.put_nowait(None if lane is None else [lane])
 
     async def _send_loop(self) -> None:
+        import asyncpg  # type: ignore[import-untyped]  # here: a SQLite serve never loads it
+
         conn = await asyncpg.connect(self._dsn)
         try:
             while True:
@@ -104,6 +105,8 @@ class PgWakeListener(Component):
             self._poke(str(lane))
 
     async def _listen(self) -> None:
+        import asyncpg  # type: ignore[import-untyped]
+
         conn = await asyncpg.connect(self._dsn)
         closed = asyncio.Event()
         conn.add_termination_listener(lambda _c: closed.set())

@@ -14,14 +14,11 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from keystoneauth1 import session as ks_session
-from keystoneauth1.identity import v3
-
 from subscriber.config import TackerSettings
 from subscriber.errors import TackerRejected
-from subscriber.tacker.errors import translate_errors
+from subscriber.tacker.errors import keystone_errors
 
-__all__ = ["KeystoneAuth", "NoAuth", "TackerAuth", "build_auth"]
+__all__ = ["KeystoneAuth", "NoAuth", "TackerAuth", "build_auth", "preload_auth"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +81,10 @@ class KeystoneAuth:
     """
 
     def __init__(self, settings: TackerSettings) -> None:
+        # Imported here: keystoneauth1 and requests (~7 MB) only load with Keystone auth.
+        from keystoneauth1 import session as ks_session
+        from keystoneauth1.identity import v3
+
         self._settings = settings
         self._pool = ThreadPoolExecutor(settings.auth_threads, thread_name_prefix="lccn-keystone")
         plugin: Any
@@ -117,7 +118,7 @@ class KeystoneAuth:
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
-        with translate_errors("Keystone"):
+        with keystone_errors("Keystone"):
             return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 
     async def endpoint(self) -> str:
@@ -153,3 +154,14 @@ def build_auth(settings: TackerSettings) -> TackerAuth:
     if settings.auth_type == "noauth":
         return NoAuth(settings)
     return KeystoneAuth(settings)
+
+
+def preload_auth(settings: TackerSettings) -> None:
+    """Import now what :func:`build_auth` will import for ``settings`` (keystoneauth1).
+
+    ``serve`` calls it before it forks its worker: both processes start a Tacker
+    client, and share the library copy-on-write instead of each importing it.
+    """
+    if settings.auth_type != "noauth":
+        from keystoneauth1 import exceptions, session  # noqa: F401
+        from keystoneauth1.identity import v3  # noqa: F401

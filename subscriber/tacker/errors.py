@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-from keystoneauth1 import exceptions as ks_exc
 
 from subscriber.errors import (
     TackerAuthError,
@@ -37,6 +36,7 @@ from subscriber.redact import redact_text
 
 __all__ = [
     "error_for_status",
+    "keystone_errors",
     "problem_detail",
     "translate_errors",
 ]
@@ -74,31 +74,11 @@ def error_for_status(
 
 @contextlib.contextmanager
 def translate_errors(what: str) -> Iterator[None]:
-    """Turn aiohttp and keystoneauth1 errors raised inside into Tacker errors (``from exc``)."""
+    """Turn aiohttp errors and timeouts raised inside into Tacker errors (``from exc``)."""
     try:
         yield
     except (TackerUnavailable, TackerRejected):
         raise
-    except ks_exc.Unauthorized as exc:
-        raise TackerAuthError(
-            f"{what}: Keystone refused the credentials (401); check tacker.username/"
-            "password or the application credential",
-            status=401,
-        ) from exc
-    except ks_exc.Forbidden as exc:
-        raise TackerAuthError(f"{what}: Keystone forbade the request (403)", status=403) from exc
-    except ks_exc.EndpointNotFound as exc:
-        raise TackerRejected(
-            f"{what}: no Tacker endpoint in the Keystone catalog ({redact_text(str(exc))})"
-        ) from exc
-    except (ks_exc.ConnectFailure, ks_exc.ConnectionError, ks_exc.RequestTimeout) as exc:
-        raise TackerUnavailable(f"{what}: Keystone unreachable ({type(exc).__name__})") from exc
-    except ks_exc.HttpError as exc:
-        status = getattr(exc, "http_status", None)
-        cls = TackerUnavailable if (status or 500) >= 500 else TackerRejected
-        raise cls(f"{what}: Keystone answered {status}", status=status) from exc
-    except ks_exc.ClientException as exc:
-        raise TackerRejected(f"{what}: Keystone: {redact_text(str(exc))}") from exc
     except TimeoutError as exc:
         raise TackerUnavailable(f"{what}: timed out") from exc
     except aiohttp.ClientConnectorError as exc:
@@ -108,3 +88,40 @@ def translate_errors(what: str) -> Iterator[None]:
         ) from exc
     except aiohttp.ClientError as exc:
         raise TackerUnavailable(f"{what}: {type(exc).__name__}") from exc
+
+
+@contextlib.contextmanager
+def keystone_errors(what: str) -> Iterator[None]:
+    """:func:`translate_errors`, and keystoneauth1's errors too (``from exc``).
+
+    Only :class:`~subscriber.tacker.auth.KeystoneAuth` calls into keystoneauth1, and
+    it has imported it by then: importing it here keeps it (~7 MB with ``requests``)
+    out of a process that never authenticates to Keystone.
+    """
+    from keystoneauth1 import exceptions as ks_exc
+
+    with translate_errors(what):
+        try:
+            yield
+        except ks_exc.Unauthorized as exc:
+            raise TackerAuthError(
+                f"{what}: Keystone refused the credentials (401); check tacker.username/"
+                "password or the application credential",
+                status=401,
+            ) from exc
+        except ks_exc.Forbidden as exc:
+            raise TackerAuthError(
+                f"{what}: Keystone forbade the request (403)", status=403
+            ) from exc
+        except ks_exc.EndpointNotFound as exc:
+            raise TackerRejected(
+                f"{what}: no Tacker endpoint in the Keystone catalog ({redact_text(str(exc))})"
+            ) from exc
+        except (ks_exc.ConnectFailure, ks_exc.ConnectionError, ks_exc.RequestTimeout) as exc:
+            raise TackerUnavailable(f"{what}: Keystone unreachable ({type(exc).__name__})") from exc
+        except ks_exc.HttpError as exc:
+            status = getattr(exc, "http_status", None)
+            cls = TackerUnavailable if (status or 500) >= 500 else TackerRejected
+            raise cls(f"{what}: Keystone answered {status}", status=status) from exc
+        except ks_exc.ClientException as exc:
+            raise TackerRejected(f"{what}: Keystone: {redact_text(str(exc))}") from exc

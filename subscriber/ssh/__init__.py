@@ -3,6 +3,7 @@
 Handlers talk to :class:`~subscriber.kernel.ports.SshExecutor` (a Protocol),
 so unit tests can inject an in-memory fake; the service and the ``ssh`` test
 tier use :class:`SshPool`, one reused asyncssh connection per (host, port, user).
+asyncssh itself is imported with the first connection (:mod:`subscriber.ssh.transport`).
 
 What it does better than Tacker's ``RemoteCommandExecutor`` (TACKER.md §1.3):
 host keys are pinned (``strict``, or ``accept-new`` = trust on first use), key
@@ -11,7 +12,7 @@ timeout on every command, output bounded to its tail, and errors classified
 for the runner.
 
 Errors (:mod:`subscriber.errors`; all translated from asyncssh in
-:func:`_ssh_errors`, with ``from exc``)::
+:func:`subscriber.ssh.transport.ssh_errors`, with ``from exc``)::
 
     TransientStepError (retriable)
     ├── SshConnectError       cannot connect: refused, unreachable, connect timeout
@@ -42,28 +43,24 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
-
-import asyncssh
+from typing import TYPE_CHECKING, TypeVar
 
 from subscriber.config import SshSettings
 from subscriber.errors import (
-    AuthenticationFailed,
     CommandTimeout,
     ConfigError,
-    HostKeyRejected,
-    LccnError,
-    SftpFailed,
-    SshConnectError,
     SshConnectionLost,
     SshError,
 )
 from subscriber.kernel.ports import CommandResult, SshTarget
 from subscriber.lifecycle import Component, State
 from subscriber.redact import mask_secrets
+
+if TYPE_CHECKING:
+    import asyncssh
 
 __all__ = ["HostKeyPolicy", "KnownHosts", "SshPool"]
 
@@ -115,6 +112,8 @@ class KnownHosts:
             return ""
 
     def load(self, extra: str | None = None) -> asyncssh.SSHKnownHosts:
+        import asyncssh  # parsing is asyncssh's (loaded by the first connect anyway)
+
         text = self._text()
         if extra:
             text += "\n" + extra
@@ -140,106 +139,13 @@ class KnownHosts:
             return True
 
 
-class _PolicyClient(asyncssh.SSHClient):
-    """Decides about host keys known_hosts does not list (asyncssh's callback)."""
-
-    def __init__(
-        self, store: KnownHosts, policy: HostKeyPolicy, port: int, extra: str | None
-    ) -> None:
-        self._store = store
-        self._policy = policy
-        self._port = port
-        self._extra = extra
-        self.reason = ""
-
-    def validate_host_public_key(
-        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
-    ) -> bool:
-        if self._store.knows(host, addr, self._port, self._extra):
-            self.reason = "host key mismatch: the host presented a different key than pinned"
-            return False
-        if self._policy is HostKeyPolicy.STRICT:
-            self.reason = f"host key unknown and host_key_policy is strict ({self._store.path})"
-            return False
-        if self._store.add(host, self._port, key):
-            log.warning(
-                "accept-new: recorded host key %s for %s in %s",
-                key.get_fingerprint(),
-                host,
-                self._store.path,
-            )
-            return True
-        self.reason = "host key mismatch: another key was recorded for this host meanwhile"
-        return False
-
-
-# ---------------------------------------------------------- error translation
-
-
-_PERMANENT_SFTP = (
-    asyncssh.constants.FX_NO_SUCH_FILE,
-    asyncssh.constants.FX_PERMISSION_DENIED,
-    asyncssh.constants.FX_NO_SUCH_PATH,
-    asyncssh.constants.FX_NOT_A_DIRECTORY,
-    asyncssh.constants.FX_FILE_IS_A_DIRECTORY,
-    asyncssh.constants.FX_WRITE_PROTECT,
-    asyncssh.constants.FX_NO_SPACE_ON_FILESYSTEM,
-    asyncssh.constants.FX_QUOTA_EXCEEDED,
-)
-
-
-@contextlib.contextmanager
 def _ssh_errors(
-    host: str,
-    action: str,
-    secrets: Sequence[str] = (),
-    client: _PolicyClient | None = None,
-    *,
-    connecting: bool = False,
-) -> Iterator[None]:
-    """Translate asyncssh and socket errors into the executor's error tree.
+    host: str, action: str, secrets: Sequence[str] = (), *, connecting: bool = False
+) -> contextlib.AbstractContextManager[None]:
+    """:func:`subscriber.ssh.transport.ssh_errors` (which imports asyncssh)."""
+    from subscriber.ssh.transport import ssh_errors
 
-    ``connecting``: nothing has run on the host yet, so a lost connection
-    leaves no effect behind (``effect_unknown`` is false), as does a channel
-    the server refused to open.
-    """
-    try:
-        yield
-    except LccnError:
-        raise
-    except asyncssh.HostKeyNotVerifiable as exc:
-        reason = client.reason if client is not None and client.reason else exc.reason
-        raise _error(HostKeyRejected, f"{action} {host}: {reason}", host) from exc
-    except asyncssh.PermissionDenied as exc:
-        raise _error(
-            AuthenticationFailed,
-            f"{action} {host}: authentication refused ({mask_secrets(exc.reason, secrets)})",
-            host,
-        ) from exc
-    except asyncssh.SFTPError as exc:
-        cls: type[SshError] = SftpFailed if exc.code in _PERMANENT_SFTP else SshConnectionLost
-        raise _error(
-            cls, f"{action} {host}: SFTP: {mask_secrets(exc.reason, secrets)}", host
-        ) from exc
-    except (asyncssh.ChannelOpenError, asyncssh.ConnectionLost, asyncssh.DisconnectError) as exc:
-        raise _error(
-            SshConnectionLost,
-            f"{action} {host}: {mask_secrets(str(exc), secrets)}",
-            host,
-            effect_unknown=not (connecting or isinstance(exc, asyncssh.ChannelOpenError)),
-        ) from exc
-    except TimeoutError as exc:
-        raise _error(SshConnectError, f"{action} {host}: timed out", host) from exc
-    except OSError as exc:  # refused, unreachable, DNS, reset
-        # asyncio's connect errors carry "Connect call failed (...)" as strerror.
-        reason = os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
-        if not connecting:  # a reset of a connection in use: the command may have run
-            raise _error(SshConnectionLost, f"{action} {host}: {reason}", host) from exc
-        raise _error(SshConnectError, f"{action} {host}: {reason}", host) from exc
-    except asyncssh.Error as exc:
-        raise _error(
-            SshConnectionLost, f"{action} {host}: {mask_secrets(str(exc), secrets)}", host
-        ) from exc
+    return ssh_errors(host, action, secrets, connecting=connecting)
 
 
 # ------------------------------------------------------------------- the pool
@@ -372,32 +278,13 @@ class SshPool(Component):
             return conn
 
     async def _connect(self, target: SshTarget) -> asyncssh.SSHClientConnection:
-        port = self._port(target)
-        host = target.describe(self._settings.port)
-        password = target.password.get_secret_value() if target.password else None
-        keys = [str(p) for p in (*target.client_keys, *self._settings.client_keys)]
-        client = _PolicyClient(self._known_hosts, self._policy, port, target.known_hosts)
-        started = time.monotonic()
-        with _ssh_errors(host, "cannot connect to", [password or ""], client, connecting=True):
-            async with asyncio.timeout(self._settings.connect_timeout):
-                conn, _ = await asyncssh.create_connection(
-                    lambda: client,
-                    target.host,
-                    port,
-                    username=target.username,
-                    password=password,
-                    client_keys=keys,
-                    ignore_encrypted=True,
-                    agent_path=None,
-                    config=None,
-                    known_hosts=self._known_hosts.load(target.known_hosts),
-                    connect_timeout=self._settings.connect_timeout,
-                    login_timeout=self._settings.connect_timeout,
-                    keepalive_interval=self._settings.keepalive_interval or None,
-                    keepalive_count_max=3,
-                )
-        log.debug("ssh connected to %s in %.3fs", host, time.monotonic() - started)
-        return conn
+        # asyncssh (~15 MB) is imported with the first connection, not with this module:
+        # a serve that runs no SSH step never holds it.
+        from subscriber.ssh.transport import connect
+
+        return await connect(
+            target, self._settings, self._known_hosts, self._policy, self._port(target)
+        )
 
     # -- the executor
 
