@@ -81,11 +81,27 @@ def _effect_unknown(exc: BaseException, step: Step) -> bool:
     return step.retry is RetryClass.AUTO and getattr(exc, "effect_unknown", False) is True
 
 
+def _cut_off(row: StepRow, job: JobRow) -> bool:
+    """Whether a step's checkpoint says it may have begun its effect and never ended.
+
+    ``running``: the process stopped mid-step. ``failed`` under a job still
+    ``running`` (no retry or failure recorded): a store written by a version
+    that checkpointed a failed step apart from its job's outcome, stopped
+    between the two; whether that failure was worth a retry is unknown.
+    """
+    if row.status == StepStatus.RUNNING:
+        return True
+    return row.status == StepStatus.FAILED and job.status == JobStatus.RUNNING
+
+
 class _StepFailed(Exception):
-    def __init__(self, step: str, failure: _Failure) -> None:
+    """A step failed; ``checkpoint`` is its row, written together with the job's outcome."""
+
+    def __init__(self, step: str, failure: _Failure, checkpoint: StepOutcome) -> None:
         super().__init__(failure.message)
         self.step = step
         self.failure = failure
+        self.checkpoint = checkpoint
 
 
 class Runner:
@@ -224,7 +240,10 @@ class Runner:
             final = await self._run_plan(job, plan, ctx, stored_steps, lease)
         except _StepFailed as failed:
             failure = failed.failure
-            return await self._record_failure(job, failed.step, failure, adapter, fence), mode
+            outcome = await self._record_failure(
+                job, failed.step, failure, adapter, fence, checkpoint=failed.checkpoint
+            )
+            return outcome, mode
         except (asyncio.CancelledError, LeaseLost):
             raise
         except Exception as exc:  # the handler's planning itself failed
@@ -271,7 +290,7 @@ class Runner:
             if lease is not None:
                 lease.check()  # the decision to start: not once the lease is lost or stale
             started_at = time.time()
-            if row is not None and row.status == StepStatus.RUNNING and not step.idempotent:
+            if row is not None and not step.idempotent and _cut_off(row, job):
                 msg = (
                     f"step {step.name!r} was interrupted while running and is not "
                     "idempotent; its effect is unknown, so it is not run again"
@@ -279,8 +298,9 @@ class Runner:
                 outcome = StepOutcome(
                     idx, step.name, False, StepStatus.FAILED, started_at, error=msg
                 )
-                await asyncio.shield(self._store.jobs.step_finished(job.id, outcome, fence=fence))
-                raise _StepFailed(step.name, _Failure(False, StepInterrupted.error_class, msg))
+                raise _StepFailed(
+                    step.name, _Failure(False, StepInterrupted.error_class, msg), outcome
+                )
             if not step.idempotent:
                 # Durable before any side effect: after a crash we must know it
                 # began. Fenced, it is also the check that the lease is live.
@@ -325,12 +345,8 @@ class Runner:
                     f"step timed out after {step.timeout:g}s and is not idempotent; "
                     "its effect is unknown",
                 )
-            await asyncio.shield(
-                self._store.jobs.step_finished(
-                    job.id, outcome(StepStatus.FAILED, error=failure.message), fence=fence
-                )
-            )
-            raise _StepFailed(step.name, failure) from exc
+            failed = outcome(StepStatus.FAILED, error=failure.message)
+            raise _StepFailed(step.name, failure, failed) from exc
         except Exception as exc:
             self._observe_step(step.name, "failed", started_at)
             failure = classify(exc, step.retry)
@@ -344,8 +360,7 @@ class Runner:
                 )
             # SSH failures carry the command's stdout/stderr tails: keep them for the operator.
             failed = outcome(StepStatus.FAILED, error=failure.message, output=failure_output(exc))
-            await asyncio.shield(self._store.jobs.step_finished(job.id, failed, fence=fence))
-            raise _StepFailed(step.name, failure) from exc
+            raise _StepFailed(step.name, failure, failed) from exc
         self._observe_step(step.name, "done", started_at)
         ctx.results[step.name] = result
         ctx.log.debug("step done", extra={"step": step.name, "seconds": time.time() - started_at})
@@ -362,7 +377,12 @@ class Runner:
         failure: _Failure,
         adapter: logging.LoggerAdapter[logging.Logger],
         fence: Fence | None = None,
+        *,
+        checkpoint: StepOutcome | None = None,
     ) -> JobOutcome:
+        """Write the job's retry or failure, with the failed step's checkpoint in the same
+        transaction: a kill between the two would leave a failed step under a running
+        job, which the next start would run again (a non-idempotent step twice)."""
         attempts = job.attempts + 1
         message = f"{step}: {failure.message}"
         if failure.retriable and attempts < self._settings.max_attempts:
@@ -377,6 +397,7 @@ class Runner:
                     next_attempt_at=time.time() + delay,
                     error_class=failure.error_class,
                     last_error=message,
+                    final_step=checkpoint,
                     fence=fence,
                 )
             )
@@ -401,6 +422,7 @@ class Runner:
                 attempts=attempts,
                 error_class=failure.error_class,
                 last_error=message,
+                final_step=checkpoint,
                 fence=fence,
             )
         )
