@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from alembic.util.exc import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
 from subscriber.config import DatabaseSettings
@@ -17,7 +16,7 @@ from subscriber.store.failed import FailedEvent, FailedFilter, FailedStore
 from subscriber.store.inventory import InventoryStore
 from subscriber.store.jobs import JobStore
 from subscriber.store.leases import Fence, HeldLease, LeaseStore
-from subscriber.store.migrate import current_revision, head_revision, upgrade
+from subscriber.store.migrate import HEAD_REVISION, MigrationError, current_revision, upgrade
 from subscriber.store.records import AppendResult, EventRow, NewEvent, dedup_key_of
 from subscriber.store.replays import LaterOpOcc, ReplayHistory, ReplayStore
 from subscriber.store.retention import PruneCounts, RetentionStore
@@ -52,6 +51,7 @@ __all__ = [
     "Store",
     "TackerStateStore",
     "dedup_key_of",
+    "schema_revision",
 ]
 
 
@@ -70,12 +70,28 @@ def _reason(exc: BaseException) -> str:
 
 def store_open_error(exc: BaseException, url: str) -> StoreError:
     """What opening the store at ``url`` (password masked) failed of, in one line."""
-    if isinstance(exc, CommandError) and "Can't locate revision" in str(exc):
+    if isinstance(exc, MigrationError) and exc.too_new:
         return SchemaTooNew(
             f"the store at {url} was migrated by a newer lccn-subscriber ({exc}): "
             "run that version, or a database it has not touched"
         )
     return StoreUnavailable(f"cannot open the store at {url}: {_reason(exc)}")
+
+
+async def schema_revision(settings: DatabaseSettings) -> str | None:
+    """The schema revision of the store ``settings`` names (``None``: not created yet),
+    read without opening a :class:`Store`: no writer, no migration, no Alembic.
+
+    Raises:
+        StoreUnavailable: the database cannot be reached or refused us.
+    """
+    db = Database(settings)
+    try:
+        return await current_revision(db)
+    except (SQLAlchemyError, OSError) as exc:
+        raise store_open_error(exc, redact_url(db.url)) from exc
+    finally:
+        await db.dispose()
 
 
 class Store(Component):
@@ -87,11 +103,15 @@ class Store(Component):
             await store.events.append(new_event)
     """
 
-    def __init__(self, settings: DatabaseSettings, *, migrate: bool = True) -> None:
+    def __init__(
+        self, settings: DatabaseSettings, *, migrate: bool = True, low_priority: bool = False
+    ) -> None:
         super().__init__()
         self._settings = settings
         self._migrate = migrate
-        self.db = Database(settings)
+        # low_priority: this process's writes give way to another's (SQLite: serve's
+        # worker gives way to its ingest process, see database._WriteTurn).
+        self.db = Database(settings, low_priority=low_priority)
         self.url = self.db.url
         self.is_sqlite = self.db.is_sqlite
         # Every write of the process goes through one writer with group commit.
@@ -100,7 +120,7 @@ class Store(Component):
             self.db, writer=self.writer, group_commit_max=settings.group_commit_max
         )
         self.jobs = JobStore(self.db, writer=self.writer)
-        self.leases = LeaseStore(self.db, writer=self.writer)
+        self.leases = LeaseStore(self.db, writer=self.writer, lock_timeout=settings.lock_timeout)
         self.replays = ReplayStore(self.db, writer=self.writer)
         self.retention = RetentionStore(self.db, writer=self.writer)
         self.inventory = InventoryStore(self.db, writer=self.writer)
@@ -114,7 +134,7 @@ class Store(Component):
                 await upgrade(self.db)
             else:
                 await current_revision(self.db)  # reachable at all
-        except (SQLAlchemyError, OSError, CommandError) as exc:
+        except (SQLAlchemyError, OSError, MigrationError) as exc:
             raise store_open_error(exc, redact_url(self.db.url)) from exc
         await self.writer.start()
         await self.events.start()
@@ -127,4 +147,4 @@ class Store(Component):
         await self.db.dispose()
 
     async def schema_is_current(self) -> bool:
-        return await current_revision(self.db) == head_revision()
+        return await current_revision(self.db) == HEAD_REVISION

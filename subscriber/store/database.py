@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,33 +60,71 @@ def _sqlite_file(url: str) -> Path | None:
 
 
 class _WriteTurn:
-    """Cross-process write turns on one SQLite file: two ``flock`` files, used only by
-    the writer thread of each process.
+    """Cross-process write turns on one SQLite file, by ``flock`` on files beside it, used
+    only by the writer thread of each process. A killed holder's locks go with its
+    descriptors.
 
-    A writer holds the turnstile while it waits for the write lock, so one that
-    just committed and comes back at once queues behind the one already
-    waiting: two processes alternate instead of one starving the other.
-    A killed holder's locks go with its descriptors.
+    Fairness: a writer holds the turnstile while it waits for the write lock, so one
+    that just committed and comes back at once queues behind the one already waiting.
+
+    Priority: a process whose writes wait on nothing but the store (``serve``'s ingest:
+    Tacker and Kafka wait for the commit) holds ``-wanted`` shared while it waits for
+    the write lock. A process of lower priority (the worker: job checkpoints) that gets
+    the write lock while one is waiting gives it up again and retries shortly, for at
+    most ``yield_for`` seconds per transaction, then writes anyway (jobs are slowed,
+    never starved).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, low_priority: bool = False, yield_for: float = 0.1) -> None:
         self._turnstile = os.open(f"{path}-writeturn", os.O_RDWR | os.O_CREAT, 0o600)
         self._write = os.open(f"{path}-writelock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._wanted = os.open(f"{path}-wanted", os.O_RDWR | os.O_CREAT, 0o600)
+        self._low = low_priority
+        self._yield_for = yield_for
+        self.yields = 0  # times a low-priority writer gave the lock up (tests, metrics)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        fcntl.flock(self._turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(self._write, fcntl.LOCK_EX)
-        finally:
-            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+        if self._low:
+            self._take_low()
+        else:
+            fcntl.flock(self._wanted, fcntl.LOCK_SH)
+            try:
+                self._take()
+            finally:
+                fcntl.flock(self._wanted, fcntl.LOCK_UN)
         try:
             yield
         finally:
             fcntl.flock(self._write, fcntl.LOCK_UN)
 
+    def _take(self) -> None:
+        fcntl.flock(self._turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._write, fcntl.LOCK_EX)
+        finally:
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+
+    def _take_low(self) -> None:
+        deadline = time.monotonic() + self._yield_for
+        while True:
+            self._take()
+            if time.monotonic() >= deadline or not self._someone_waits():
+                return
+            fcntl.flock(self._write, fcntl.LOCK_UN)
+            self.yields += 1
+            time.sleep(0.0005)
+
+    def _someone_waits(self) -> bool:
+        try:
+            fcntl.flock(self._wanted, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self._wanted, fcntl.LOCK_UN)
+        return False
+
     def close(self) -> None:
-        for fd in (self._turnstile, self._write):
+        for fd in (self._turnstile, self._write, self._wanted):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -93,7 +132,9 @@ class _WriteTurn:
 class Database:
     """Runs store operations: ``await db.read(fn)``, ``await db.write_batch([op, ...])``."""
 
-    def __init__(self, settings: DatabaseSettings, *, read_threads: int = 4) -> None:
+    def __init__(
+        self, settings: DatabaseSettings, *, read_threads: int = 4, low_priority: bool = False
+    ) -> None:
         self.url = settings.resolved_url()
         self.is_sqlite = is_sqlite(self.url)
         self.dialect_name = "sqlite" if self.is_sqlite else make_url(self.url).get_backend_name()
@@ -107,7 +148,7 @@ class Database:
             path = _sqlite_file(self.url)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                self._turn = _WriteTurn(path)
+                self._turn = _WriteTurn(path, low_priority=low_priority)
             self._write_engine = self._sqlite_engine(settings, immediate=True, pool_size=1)
             self._read_engine = self._sqlite_engine(
                 settings, immediate=False, pool_size=read_threads

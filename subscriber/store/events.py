@@ -126,6 +126,7 @@ _SQLITE_ROW = f"({', '.join('?' * (len(APPEND_COLUMNS) + 1))})"
 # Rows per multi-row INSERT: 20 parameters each, well inside SQLite's 32766.
 _ROWS_PER_INSERT = 500
 _TASK = "event-batcher"
+_IN_FLIGHT = 2  # batches committing at once (one in the transaction, the next queued)
 
 
 @functools.lru_cache(maxsize=64)
@@ -317,24 +318,44 @@ class EventStore(Component):
         return await future
 
     async def _write_loop(self) -> None:
-        while True:
-            first = await self._queue.get()
-            batch = [first]
-            size = len(first.rows)
-            # Whoever queued while the last commit ran joins this one, up to
-            # group_commit_max rows (one append_many is never split).
-            while size < self._max and not self._queue.empty():
-                item = self._queue.get_nowait()
-                batch.append(item)
-                size += len(item.rows)
-            work = [p for p in batch if p.rows]
-            if work:
-                await self._commit_batch(work)
-            if len(work) < len(batch):
-                for p in batch:
-                    if not p.rows and not p.future.done():
-                        p.future.set_result([])
-                return
+        # Up to _IN_FLIGHT batches are committing at once: while one commits,
+        # the next gathers, so a commit never waits for the loop to come round.
+        slots = asyncio.Semaphore(_IN_FLIGHT)
+        committing: set[asyncio.Task[None]] = set()
+
+        def done(task: asyncio.Task[None]) -> None:
+            committing.discard(task)
+            slots.release()
+
+        try:
+            while True:
+                first = await self._queue.get()
+                await slots.acquire()
+                batch = [first]
+                size = len(first.rows)
+                # Whoever queued meanwhile joins this batch, up to group_commit_max
+                # rows (one append_many is never split).
+                while size < self._max and not self._queue.empty():
+                    item = self._queue.get_nowait()
+                    batch.append(item)
+                    size += len(item.rows)
+                work = [p for p in batch if p.rows]
+                if work:
+                    task = asyncio.ensure_future(self._commit_batch(work))
+                    committing.add(task)
+                    task.add_done_callback(done)
+                else:
+                    slots.release()
+                if len(work) < len(batch):  # stop: what was queued before is written
+                    await asyncio.gather(*committing, return_exceptions=True)
+                    for p in batch:
+                        if not p.rows and not p.future.done():
+                            p.future.set_result([])
+                    return
+        finally:
+            for task in list(committing):
+                task.cancel()
+            await asyncio.gather(*committing, return_exceptions=True)
 
     async def _commit_batch(self, batch: builtins.list[_Pending]) -> None:
         rows = [row for item in batch for row in item.rows]
@@ -350,7 +371,15 @@ class EventStore(Component):
             return insert(conn, builtins.list(firsts.values()))
 
         try:
-            inserted, existing = await self._writer.run(write, priority=INGEST)
+            # Straight to the database (not the job writes' queue): appends are
+            # what Tacker and Kafka wait for. SQLite groups them with whatever
+            # else is queued for its writer thread.
+            inserted, existing = (await self._db.write_batch([write]))[0]
+        except asyncio.CancelledError:
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(StoreError("event writer stopped"))
+            raise
         except Exception as exc:
             err = (
                 exc
@@ -536,11 +565,13 @@ class EventStore(Component):
         return [EventRow.from_mapping(r) for r in rows]
 
     async def lanes_with_open_events(self) -> builtins.list[str]:
-        """Every lane (vnfInstanceId) that has pending, running or retrying events."""
+        """Every lane (vnfInstanceId) that has pending, running or retrying events, the
+        lane of the oldest such event first."""
         q = (
             sa.select(events.c.vnf_instance_id)
             .where(events.c.status.in_(EventStatus.OPEN))
             .group_by(events.c.vnf_instance_id)
+            .order_by(sa.func.min(events.c.id))
         )
         rows = await self._db.read(lambda conn: conn.execute(q).all())
         return [r[0] for r in rows if r[0] is not None]
