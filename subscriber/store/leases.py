@@ -14,10 +14,22 @@ wakes up after a take-over writes nothing.
 Lease operations do not queue behind the process's group-commit writer: on
 PostgreSQL they run on their own connection, so a batch waiting for a row
 lock (of a paused replica) never delays a renewal into a lost lease.
+
+A replica paused in the middle of a statement can hold the lease row's lock
+for as long as it is paused: asyncpg prepares a statement with Parse,
+Describe and Flush (no Sync), so between the server's answer and the Bind the
+session is *active*, waiting to read from its client, and neither
+``idle_in_transaction_session_timeout`` nor ``statement_timeout`` ends it. A
+take-over of an expired lease blocked that way (``lock_timeout``) ends the
+stuck session with ``pg_terminate_backend`` (its transaction rolls back) and
+tries once more: only a session that holds a lock on ``leases`` and has been
+waiting for its client longer than ``lock_timeout``, and only while the
+lease it blocks has expired.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +38,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from subscriber.errors import LeaseLost
 from subscriber.store import statements as st
@@ -36,6 +49,39 @@ from subscriber.store.writer import WriteQueue
 __all__ = ["Fence", "HeldLease", "LeaseStore", "fenced"]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout
+
+# Sessions stuck mid-statement (waiting for their client) that hold a lock on leases,
+# ended only while the lease of :lane has expired (or its owner is known dead).
+_END_STUCK_HOLDERS = sa.text(
+    """
+    SELECT a.pid, pg_terminate_backend(a.pid)
+    FROM pg_stat_activity a
+    WHERE a.datname = current_database()
+      AND a.pid <> pg_backend_pid()
+      AND a.state = 'active' AND a.wait_event_type = 'Client' AND a.wait_event = 'ClientRead'
+      AND a.state_change < now() - make_interval(secs => :stuck)
+      AND EXISTS (
+        SELECT 1 FROM pg_locks l
+        WHERE l.pid = a.pid AND l.granted AND l.relation = 'leases'::regclass)
+      AND EXISTS (
+        SELECT 1 FROM leases
+        WHERE lane = :lane AND (expires_at < :now OR owner = ANY(:take_over)))
+    """
+)
+
+
+def _lock_timed_out(exc: BaseException) -> bool:
+    """Whether a driver error is PostgreSQL's lock_timeout (SQLSTATE 55P03)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+            return True
+        seen = seen.__cause__ or getattr(seen, "orig", None)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +156,12 @@ class HeldLease:
 
 
 class LeaseStore:
-    def __init__(self, db: Database, *, writer: WriteQueue) -> None:
+    def __init__(self, db: Database, *, writer: WriteQueue, lock_timeout: float = 5.0) -> None:
         self._db = db
         self._writer = writer  # kept for symmetry; lease writes go straight to the database
-        pg = db.dialect_name == "postgresql"
-        self._insert = postgresql.insert(leases) if pg else sqlite.insert(leases)
+        self._pg = db.dialect_name == "postgresql"
+        self._insert = postgresql.insert(leases) if self._pg else sqlite.insert(leases)
+        self._lock_timeout = lock_timeout
 
     async def acquire(
         self, lane: str, owner: str, ttl: float, *, take_over: frozenset[str] = frozenset()
@@ -147,7 +194,35 @@ class LeaseStore:
                 token = conn.execute(insert).scalar()
             return None if token is None else int(token)
 
+        try:
+            return await self._write(write)
+        except DBAPIError as exc:
+            if not (self._pg and _lock_timed_out(exc)):
+                raise
+            if not await self._end_stuck_holders(lane, sorted(take_over)):
+                raise
         return await self._write(write)
+
+    async def _end_stuck_holders(self, lane: str, take_over: list[str]) -> list[int]:
+        """End the sessions stuck mid-statement that block the take-over of ``lane``."""
+        args = {
+            "lane": lane,
+            "now": time.time(),
+            "take_over": take_over,
+            "stuck": self._lock_timeout,
+        }
+
+        def end(conn: Connection) -> list[int]:
+            return [int(row[0]) for row in conn.execute(_END_STUCK_HOLDERS, args) if row[1]]
+
+        ended = await self._write(end)
+        if ended:
+            log.warning(
+                "ended database sessions stuck mid-statement holding the lease of an expired "
+                "lane (a paused replica): their transactions roll back",
+                extra={"vnfInstanceId": lane, "backends": ended},
+            )
+        return ended
 
     async def _write(self, op: Callable[[Connection], T]) -> T:
         result: T = (await self._db.write_batch([op]))[0]
