@@ -11,9 +11,9 @@ Every request is the STARTING notification of a new op-occ of a new instance
   stopped before ours starts.
 * ours: ``lccn-subscriber serve`` (SQLite file, synchronous=FULL, or
   ``--database`` PostgreSQL), every event's job run by the built-in ``log``
-  handler (a job row, a step checkpoint, a lease), as in production: in the
-  same process (``--role single``, the default) or in serve's worker process
-  (``--role all``: ingest in one process, jobs in another).
+  handler (a job row, a step checkpoint, a lease), as in production: in serve's
+  worker process (``--role all``, the default: ingest in one process, jobs in the
+  worker it forks, at a lower CPU priority) or in the same process (``--role single``).
   Warmed up, then the warm-up's jobs are worked off before the timed phase
   starts, so no earlier backlog takes CPU from it.
 
@@ -30,7 +30,7 @@ Prints throughput and p50/p99 latency of both servers, the paced latencies,
 dispatch latencies per phase, and as the last line ``ratio=<ours/no-op
 throughput>``.
 
-Usage: python bench/ingest.py [--requests N] [--concurrency C] [--role single|all]
+Usage: python bench/ingest.py [--requests N] [--concurrency C] [--role all|single]
 [--database URL]
 """
 
@@ -212,10 +212,10 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument(
         "--role",
-        choices=("single", "all"),
-        default="single",
-        help="serve's --role: single (the default: jobs in the ingest process) or all "
-        "(jobs in a worker process)",
+        choices=("all", "single"),
+        default="all",
+        help="serve's --role: all (the default: jobs in the worker process it forks) or "
+        "single (jobs in the ingest process)",
     )
     add_database_argument(parser)
     args = parser.parse_args()
@@ -227,7 +227,7 @@ async def main() -> None:
     )
     layout = {
         "single": "one process: ingest and the log handler's jobs",
-        "all": "ingest process + worker process running the log handler's jobs",
+        "all": "ingest process + the worker it forks, running the log handler's jobs at nice +10",
     }[args.role]
     print(f"ours: lccn-subscriber serve --role {args.role}, production defaults ({layout})")
     print(f"store: {await durability(args.database)}")

@@ -132,6 +132,9 @@ class DispatchSettings(_Section):
     backoff_initial: float = Field(default=1.0, gt=0)
     backoff_max: float = Field(default=300.0, gt=0)
     worker_id: str = ""
+    # ``serve``'s own worker process adds this to its niceness: when the CPU is
+    # short, ingest (acknowledging Tacker and Kafka) goes first, jobs wait.
+    worker_nice: int = Field(default=10, ge=0, le=19)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")

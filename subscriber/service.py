@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
@@ -31,7 +31,6 @@ from subscriber.heap import freeze_long_lived
 from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.hooks import DrainHook
 from subscriber.ingest.http import CallbackIngress, make_app
-from subscriber.ingest.kafka import KafkaSource, build_kafka_source
 from subscriber.ingest.problems import problem_middleware
 from subscriber.kernel import HandlerRegistry, Services
 from subscriber.lifecycle import Component
@@ -43,7 +42,10 @@ from subscriber.ssh import SshPool
 from subscriber.store import Store
 from subscriber.store.wake import PgWakeListener, PgWakeSender
 from subscriber.tacker import EchoFilter, Reconciler, SubscriptionKeeper, TackerClient
-from subscriber.worker_link import ParentLink, WorkerProcess
+from subscriber.worker_link import ForkedWorker, ParentLink, WorkerProcess
+
+if TYPE_CHECKING:
+    from subscriber.ingest.kafka import KafkaSource
 
 __all__ = ["Role", "Service"]
 
@@ -85,6 +87,8 @@ class Service(Component):
             (which is then neither built nor started).
         role: what this process runs (see the module docstring).
         worker_argv: ``ingest`` only: start the worker process with this command line.
+        worker_fork: ``ingest`` only: the worker forked before the event loop started
+            (:func:`subscriber.worker_link.fork_worker`); ``worker_argv`` starts later ones.
         link_fd: ``worker`` only: the socket to the parent that started this worker.
     """
 
@@ -96,6 +100,7 @@ class Service(Component):
         services: Services | None = None,
         role: Role = "single",
         worker_argv: Sequence[str] | None = None,
+        worker_fork: ForkedWorker | None = None,
         link_fd: int | None = None,
     ) -> None:
         super().__init__()
@@ -105,7 +110,8 @@ class Service(Component):
         self.works = role in ("single", "worker")
         # Set when the parent of a linked worker is gone: serve_forever returns.
         self.orphaned = asyncio.Event()
-        self.store = Store(settings.database)
+        # A worker's job writes give way to ingest's appends on a shared SQLite file.
+        self.store = Store(settings.database, low_priority=role == "worker")
         # Its own registry per Service (never the global one); /metrics serves it.
         self.metrics = Metrics()
         self.store.events.add_observer(self.metrics.observe_appends)
@@ -158,7 +164,9 @@ class Service(Component):
         self.wake_sender: PgWakeSender | None = None
         self.wake_listener: PgWakeListener | None = None
         if role == "ingest" and worker_argv is not None:
-            self.worker = WorkerProcess(worker_argv, settings.dispatch.graceful_timeout)
+            self.worker = WorkerProcess(
+                worker_argv, settings.dispatch.graceful_timeout, forked=worker_fork
+            )
             self.store.events.add_listener(self.worker.on_appended)
         elif role == "ingest" and not self.store.db.is_sqlite:
             self.wake_sender = PgWakeSender(self.store.db.url)
@@ -202,9 +210,11 @@ class Service(Component):
         self.ingress = CallbackIngress(
             settings.http, self.app, ssl_context=build_ssl_context(settings.auth)
         )
-        # Only when kafka.bootstrap_servers is configured.
-        self.kafka = build_kafka_source(settings, self.store.events)
-        if self.kafka is not None:
+        if settings.kafka.enabled:  # kafka.bootstrap_servers is configured
+            # Imported here: aiokafka (~3 MB) stays out of a serve that does not use Kafka.
+            from subscriber.ingest.kafka import KafkaSource
+
+            self.kafka = KafkaSource(settings.kafka, self.store.events)
             self._observe_kafka(self.kafka)
         if self.tacker is not None and settings.tacker.subscribe_on_start:
             self.subscriptions = SubscriptionKeeper(self.tacker, settings)
@@ -295,17 +305,30 @@ class Service(Component):
                 await part.stop()
 
     async def serve_forever(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set (SIGTERM/SIGINT in the CLI)."""
-        async with self:
+        """Run until ``stop`` is set (SIGTERM/SIGINT in the CLI).
+
+        A stop asked for while the service is still starting (a slow migration, Tacker
+        slow to confirm the subscription) abandons the start: what already started is
+        stopped and nothing more begins, so a supervisor's SIGTERM is obeyed promptly.
+        """
+        starting = asyncio.ensure_future(self.start())
+        stopped = asyncio.ensure_future(stop.wait())
+        orphaned = asyncio.ensure_future(self.orphaned.wait())
+        try:
+            await asyncio.wait((starting, stopped, orphaned), return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                log.info("stop asked for while starting: the start is abandoned")
+                starting.cancel()
+                await asyncio.gather(starting, return_exceptions=True)
+                return
+            starting.result()  # a failed start raises here (the CLI's one-line error)
             frozen = freeze_long_lived()
             log.debug("moved %d start-up objects out of the collector's reach", frozen)
-            stopped = asyncio.ensure_future(stop.wait())
-            orphaned = asyncio.ensure_future(self.orphaned.wait())
-            try:
-                await asyncio.wait((stopped, orphaned), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stopped.cancel()
-                orphaned.cancel()
+            await asyncio.wait((stopped, orphaned), return_when=asyncio.FIRST_COMPLETED)
             log.info(
                 "stopping", extra={"graceful_timeout": self.settings.dispatch.graceful_timeout}
             )
+        finally:
+            for waiter in (starting, stopped, orphaned):
+                waiter.cancel()
+            await self.stop()

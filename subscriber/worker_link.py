@@ -1,10 +1,19 @@
 """``serve``'s two processes: ingest (the parent) and the worker (dispatcher and handlers).
 
-The parent starts the worker as ``lccn-subscriber serve --role worker`` with
-one end of a Unix stream socket pair (``--link-fd``). Over it go newline-framed
+The first worker is forked from ``serve`` before its event loop starts, once
+every module is imported and the start-up heap is frozen (:func:`fork_worker`):
+the two processes share those pages copy-on-write instead of each holding its
+own copy. A worker that has to be restarted is started afresh as
+``lccn-subscriber serve --role worker`` (``--link-fd``): forking the running,
+threaded parent is not safe. Either way the worker holds one end of a Unix
+stream socket pair, and lowers its CPU priority (``dispatch.worker_nice``) so
+that on a busy machine ingest comes first. Over the socket go newline-framed
 JSON messages:
 
-* parent -> worker: ``{"wake": [lanes]}`` after every committed append batch
+* parent -> worker: ``{"start": true}`` once the parent has started (its store
+  migrated, its port bound): the worker waits for it, so a start that fails
+  leaves no worker running (:func:`wait_for_start`);
+  ``{"wake": [lanes]}`` after every committed append batch
   (``null``: rescan everything), so a new event reaches its lane without
   polling; ``{"metrics": n}`` asks for the job side's Prometheus families.
 * worker -> parent: ``{"beat": {...}}`` once a second (the dispatcher's state,
@@ -34,17 +43,28 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from subscriber.health import CheckResult
 from subscriber.lifecycle import Component, State
 from subscriber.store import AppendedEvent
 
-__all__ = ["ParentLink", "WorkerProcess", "die_with_parent"]
+__all__ = [
+    "ForkedWorker",
+    "ParentLink",
+    "WorkerProcess",
+    "die_with_parent",
+    "fork_worker",
+    "lower_priority",
+    "until_exited",
+    "wait_for_start",
+]
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 _BEAT_SECONDS = 1.0
 _BEAT_STALE = 5.0
 _STOP_MARGIN = 10.0
@@ -56,14 +76,141 @@ class WorkerDied(RuntimeError):
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """Have the kernel SIGKILL this process when its parent dies; exit now if it already has."""
+    """Have the kernel SIGKILL this process when its parent dies; exit now if it already has.
+
+    Also names the process ``lccn-worker`` (``ps -o comm``, ``top``): a forked worker's
+    command line is its parent's.
+    """
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
             log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(b"lccn-worker"), 0, 0, 0)
     # The parent may have died before prctl: then we were re-parented already.
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def lower_priority(increment: int) -> None:
+    """Add ``increment`` to this process's niceness (the worker's: jobs yield the CPU to ingest)."""
+    if increment > 0:
+        try:
+            os.nice(increment)
+        except OSError as exc:
+            log.warning("could not lower the worker's priority: %s", exc)
+
+
+def wait_for_start(fd: int) -> bool:
+    """Block until the parent says ``start`` on the link; ``False`` if it closed it first.
+
+    Read a byte at a time: whatever follows the first line (wake-ups) stays in the
+    socket for the link's own reader.
+    """
+    line = b""
+    while not line.endswith(b"\n"):
+        try:
+            byte = os.read(fd, 1)
+        except InterruptedError:
+            continue
+        if not byte:
+            return False
+        line += byte
+    return bool(json.loads(line).get("start"))
+
+
+@dataclass(frozen=True, slots=True)
+class ForkedWorker:
+    """A worker forked by :func:`fork_worker`: its pid and the parent's end of the link."""
+
+    pid: int
+    sock: socket.socket
+
+
+def fork_worker(run: Callable[[int], int]) -> ForkedWorker:
+    """Fork the worker now; the child calls ``run(link_fd)`` and exits with what it returns.
+
+    Call it before any thread or event loop exists (``serve`` does, right after its
+    imports and settings), so the child starts from a clean, single-threaded copy.
+    The child leaves with ``os._exit``: the parent's exit handlers are not its own.
+    """
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the worker
+        code = 1
+        try:
+            ours.close()
+            code = run(theirs.detach())
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            log.exception("the worker failed")
+        finally:
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    theirs.close()
+    return ForkedWorker(pid, ours)
+
+
+async def until_exited(pid: int) -> None:
+    """Return once the child ``pid`` has exited (not reaped: the caller reaps it).
+
+    A pidfd turns readable when the process exits: no polling, no SIGCHLD handler, and
+    no thread waiting (``serve`` forks its worker after waiting for a migration child).
+    """
+    loop = asyncio.get_running_loop()
+    pidfd = os.pidfd_open(pid)
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(pidfd, readable)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+
+
+class _Child:
+    """The worker as the parent watches it: a forked pid, or an ``asyncio`` subprocess."""
+
+    def __init__(self, pid: int, proc: asyncio.subprocess.Process | None = None) -> None:
+        self.pid = pid
+        self._proc = proc
+        self._exited: asyncio.Future[int] | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        if self._proc is not None:
+            return self._proc.returncode
+        if self._exited is not None and self._exited.done():
+            return self._exited.result()
+        return None
+
+    async def wait(self) -> int:
+        """The exit code (negative: the signal), once the worker has exited and been reaped."""
+        if self._proc is not None:
+            return await self._proc.wait()
+        if self._exited is None:
+            self._exited = asyncio.ensure_future(self._reap())
+        return await asyncio.shield(self._exited)
+
+    async def _reap(self) -> int:
+        await until_exited(self.pid)
+        # It has exited (a zombie): WNOHANG reaps it at once.
+        _, status = os.waitpid(self.pid, os.WNOHANG)  # noqa: ASYNC222
+        return os.waitstatus_to_exitcode(status)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
 
 def _frame(message: dict[str, Any]) -> bytes:
@@ -74,15 +221,24 @@ class WorkerProcess(Component):
     """The parent's side: starts the worker, wakes it, watches it, asks for its metrics.
 
     Arguments:
-        argv: the worker's command line (``--link-fd`` and ``--parent-pid`` are added).
+        argv: the command line of a worker started afresh (``--link-fd`` and
+            ``--parent-pid`` are added): a restart, or the first one without ``forked``.
         graceful_timeout: how long the worker's running steps may take to finish on stop.
+        forked: the worker :func:`fork_worker` made, waiting to be told to start.
     """
 
-    def __init__(self, argv: Sequence[str], graceful_timeout: float) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        graceful_timeout: float,
+        *,
+        forked: ForkedWorker | None = None,
+    ) -> None:
         super().__init__()
         self._argv = list(argv)
         self._grace = graceful_timeout
-        self._proc: asyncio.subprocess.Process | None = None
+        self._forked = forked
+        self._proc: _Child | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._beat: dict[str, Any] | None = None
         self._beat_at = 0.0
@@ -98,20 +254,26 @@ class WorkerProcess(Component):
         self._spawn("worker", self._supervise, restart=True)
 
     async def _stop(self) -> None:
+        forked, self._forked = self._forked, None
+        if forked is not None:  # never told to start (a start that failed): it exits on EOF
+            forked.sock.close()
+            await _Child(forked.pid).wait()
         proc = self._proc
         if proc is None or proc.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), self._grace + _STOP_MARGIN)
         except TimeoutError:
             log.error("the worker did not stop in time: killed", extra={"pid": proc.pid})
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            proc.send_signal(signal.SIGKILL)
             await proc.wait()
 
-    async def _supervise(self) -> None:
+    async def _launch_worker(self) -> tuple[_Child, socket.socket]:
+        """The forked worker on the first start, else a new ``serve --role worker``."""
+        forked, self._forked = self._forked, None
+        if forked is not None:
+            return _Child(forked.pid), forked.sock
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             fd = theirs.fileno()
@@ -124,11 +286,16 @@ class WorkerProcess(Component):
             raise
         finally:
             theirs.close()
+        return _Child(proc.pid, proc), ours
+
+    async def _supervise(self) -> None:
+        proc, ours = await self._launch_worker()
         self._proc = proc
         self.starts += 1
         log.info("worker started", extra={"pid": proc.pid})
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=_LINE_LIMIT)
         self._writer = writer
+        writer.write(_frame({"start": True}))
         # Appends made before the worker listened: its first rescan finds them.
         reading = asyncio.create_task(self._read(reader), name="worker-link")
         try:
@@ -173,7 +340,7 @@ class WorkerProcess(Component):
 
     def on_appended(self, batch: Sequence[AppendedEvent]) -> None:
         """EventStore listener: wake the worker for the lanes of a committed batch."""
-        lanes = sorted({e.lane for e in batch if e.lane is not None})
+        lanes = list(dict.fromkeys(e.lane for e in batch if e.lane is not None))  # in order
         if lanes:
             self._send({"wake": lanes})
 

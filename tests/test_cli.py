@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from subscriber.store.migrate import head_revision
+from subscriber.store.migrate import HEAD_REVISION
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import op_occ
 
@@ -91,7 +91,7 @@ def test_db_upgrade_creates_and_is_idempotent(tmp_path: Path) -> None:
     for _ in range(2):
         out = cli("db", "upgrade", "--database", url)
         assert out.returncode == 0, out.stderr
-        assert f"revision {head_revision()}" in out.stdout
+        assert f"revision {HEAD_REVISION}" in out.stdout
     assert (tmp_path / "new" / "x.db").exists()
 
 

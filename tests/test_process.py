@@ -120,7 +120,7 @@ async def test_sigkill_mid_stream_loses_nothing_and_never_reruns_a_side_effect(
     serve.env["LCCN_TEST_STEP_SECONDS"] = "0.1"
     serve.start()
     await serve.ready()
-    instances = [uid() for _ in range(30)]
+    instances = [uid() for _ in range(60)]
     bodies = [
         op_occ(instance=inst, state=state, op_occ_id=occ)
         for inst in instances
@@ -128,16 +128,21 @@ async def test_sigkill_mid_stream_loses_nothing_and_never_reruns_a_side_effect(
         for state in ("STARTING", "PROCESSING", "COMPLETED")
     ]
     acked: list[str] = []
+    killed = asyncio.Event()
 
     async def sender(http: aiohttp.ClientSession, chunk: list[dict[str, object]]) -> None:
-        for body in chunk:
+        for n, body in enumerate(chunk):
+            if n == len(chunk) - 1:
+                # However fast ingest is against the worker, part of the stream
+                # is still to come when the kill lands.
+                await killed.wait()
             try:
                 async with http.post(serve.url, json=body) as resp:
                     if resp.status == 204:
                         acked.append(f"{body['vnfLcmOpOccId']}|{body['operationState']}")
             except aiohttp.ClientError:
                 return  # the server died under us
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.03)  # paced, so posts are in flight at the kill
 
     async with aiohttp.ClientSession() as http:
         senders = [asyncio.create_task(sender(http, bodies[i::8])) for i in range(8)]
@@ -148,6 +153,7 @@ async def test_sigkill_mid_stream_loses_nothing_and_never_reruns_a_side_effect(
         assert serve.proc is not None
         pids = tree(serve.proc.pid)
         serve.kill(signal.SIGKILL)
+        killed.set()
         await gone(pids)  # no orphan worker goes on running jobs
         await asyncio.gather(*senders)
     assert 0 < len(acked) < len(bodies), "the kill should land mid-stream"

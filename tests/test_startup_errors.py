@@ -21,8 +21,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 import pytest
 
+from tests.backends import pg_database
 from tests.conftest import free_port
 from tests.openstack_sim import OpenStackSim, SimConfig
 
@@ -180,22 +182,43 @@ def test_debug_shows_the_traceback() -> None:
     assert out.stderr.strip().splitlines()[-1].startswith("lccn-subscriber: error: cannot open")
 
 
-async def test_kafka_down_at_start_serve_runs_and_is_not_ready(tmp_path: Path) -> None:
+def _serve(
+    tmp_path: Path, database: str, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """``serve`` as a subprocess logging (text) to a file; returns it, its port and the log."""
     port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "LCCN_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
-    }
-    url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subscriber.cli", "serve", "--port", str(port), "--database", url,
-        cwd=REPO, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    log = tmp_path / f"serve-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "subscriber.cli", "serve", "--log-format", "text",
+             "--port", str(port), "--database", database],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **env},
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return proc, port, log
+
+
+def _stopped_within(proc: subprocess.Popen[bytes], seconds: float, log: Path) -> int:
+    """SIGTERM, then the exit code; fails with serve's log if it outlives ``seconds``."""
+    proc.send_signal(signal.SIGTERM)
     try:
-        async with aiohttp.ClientSession() as http, asyncio.timeout(30):
+        return proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(
+            f"serve still ran {seconds} s after SIGTERM; its log:\n{log.read_text()[-4000:]}"
+        )
+
+
+async def test_kafka_down_at_start_serve_runs_and_is_not_ready(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
+    kafka = {"LCCN_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
+    proc, port, log = _serve(tmp_path, url, kafka)
+    try:
+        async with aiohttp.ClientSession() as http, asyncio.timeout(60):
             while True:
-                assert proc.returncode is None, "serve exited although only Kafka is down"
+                assert proc.poll() is None, "serve exited although only Kafka is down"
                 try:
                     async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
                         body = await resp.json()
@@ -205,12 +228,43 @@ async def test_kafka_down_at_start_serve_runs_and_is_not_ready(tmp_path: Path) -
                     pass
                 await asyncio.sleep(0.2)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        assert _stopped_within(proc, 30, log) == 0
     status = await asyncio.to_thread(
         run, "kafka", "status", env={"LCCN_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
     )
     one_line(status, 4, "no Kafka broker answered")
+
+
+@pytest.mark.postgres
+async def test_sigterm_while_starting_abandons_the_start(tmp_path: Path) -> None:
+    """A supervisor's SIGTERM is obeyed while the start waits (here: the migration waits on a
+    lock another session holds), not only once the start is done."""
+    async with pg_database() as url:
+        assert run("db", "upgrade", "--database", url).returncode == 0
+        dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+        holder, watcher = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+        try:
+            tx = holder.transaction()
+            await tx.start()
+            await holder.execute("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE")
+            # The store's lock_timeout would end the wait only after a minute.
+            proc, _, log = _serve(tmp_path, url, {"LCCN_DATABASE__LOCK_TIMEOUT": "60"})
+            async with asyncio.timeout(60):
+                # Another session: pg_stat_activity is a snapshot per transaction.
+                while not await watcher.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%alembic_version%' AND datname = current_database()"
+                ):
+                    assert proc.poll() is None, log.read_text()
+                    await asyncio.sleep(0.1)
+            began = time.monotonic()
+            assert _stopped_within(proc, 20, log) == 0
+            assert time.monotonic() - began < 10
+            assert "the start is abandoned" in log.read_text()
+            await tx.rollback()
+        finally:
+            await holder.close()
+            await watcher.close()
 
 
 @pytest.fixture
