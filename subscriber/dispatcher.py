@@ -152,7 +152,9 @@ class Dispatcher(Component):
         self.worker_id = settings.worker_id or default_worker_id()
         self._grace = settings.graceful_timeout
         self._wake = asyncio.Event()
-        self._dirty: set[str] = set()
+        # Lanes with work to look at, oldest work first (a dict as an ordered set), so
+        # under a backlog no lane waits behind lanes whose work came later.
+        self._dirty: dict[str, None] = {}
         self._timers: dict[str, float] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
         # Set while no lane runs and no work is known (no dirty lane, no timer).
@@ -197,7 +199,7 @@ class Dispatcher(Component):
     def _on_appended(self, batch: Sequence[AppendedEvent]) -> None:
         for event in batch:
             if event.lane is not None:
-                self._dirty.add(event.lane)
+                self._dirty.setdefault(event.lane)
         self._note_idle()
         self._wake.set()
 
@@ -206,7 +208,7 @@ class Dispatcher(Component):
         if lane is None:
             self._timers["*"] = 0.0
         else:
-            self._dirty.add(lane)
+            self._dirty.setdefault(lane)
         self._note_idle()
         self._wake.set()
 
@@ -245,18 +247,19 @@ class Dispatcher(Component):
                 except Exception:
                     log.exception("rescan failed")
                     lanes = []
-                self._dirty.update(lanes)
+                # The rescan knows every lane's oldest open event: its order goes first.
+                self._dirty = dict.fromkeys([*lanes, *self._dirty])
                 next_rescan = time.time() + self._settings.rescan_interval
             for lane, at in list(self._timers.items()):
                 if at <= now:
                     del self._timers[lane]
-                    self._dirty.add(lane)
-            for lane in sorted(self._dirty):
+                    self._dirty.setdefault(lane)
+            for lane in list(self._dirty):
                 if len(self._active) >= self._settings.max_parallel_lanes:
                     break
                 if lane in self._active:
                     continue
-                self._dirty.discard(lane)
+                del self._dirty[lane]
                 self._timers.pop(lane, None)
                 task = asyncio.create_task(self._run_lane(lane, dead_owners), name=f"lane:{lane}")
                 self._active[lane] = task

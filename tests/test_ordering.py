@@ -110,6 +110,21 @@ async def test_identifier_notifications_are_stored_as_ignored(
     assert event.status == "ignored"
 
 
+async def test_a_backlog_of_lanes_is_worked_off_oldest_first(
+    start_service: ServiceFactory, http: aiohttp.ClientSession
+) -> None:
+    # One lane at a time: the others wait, and must be taken in the order their
+    # events came, whatever their instance ids (they sort the other way round here).
+    recorder = Recorder(delay=0.05)
+    svc = await start_service(registry=registry_with(recorder), max_parallel_lanes=1)
+    lanes = [f"{c}0000000-0000-4000-8000-000000000000" for c in "fedcba9876"]
+    for lane in lanes:
+        assert await _send(http, svc, op_occ(instance=lane, state="STARTING")) == 204
+    await recorder.wait_for(len(lanes))
+    assert [inst for inst, _, _ in recorder.runs] == lanes
+    await wait_settled(svc, len(lanes))
+
+
 async def test_parallel_lanes_are_bounded(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:

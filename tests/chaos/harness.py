@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ import asyncpg
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
 from tests.fence_handler import NON_IDEMPOTENT, double_runs, marks
+from tests.proctree import job_pid, tree
 
 __all__ = [
     "TERMINAL",
@@ -87,8 +89,16 @@ class Replica:
 
     @property
     def pid(self) -> int:
+        """The process that runs this replica's steps (its worker; the marks carry it)."""
         assert self.proc is not None
-        return self.proc.pid
+        return job_pid(self.proc.pid)
+
+    def signal_all(self, sig: int) -> None:
+        """Send ``sig`` to every process of the replica (a paused VM pauses them all)."""
+        assert self.proc is not None
+        for pid in tree(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -138,7 +148,7 @@ class Replica:
     def stop(self) -> None:
         """SIGKILL (after a SIGCONT, should it be stopped) and reap."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
+            self.signal_all(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait(30)
 
@@ -209,14 +219,43 @@ async def pg_rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:
         await conn.close()
 
 
-async def settle(dsn: str, timeout: float = 120) -> None:
-    """Wait until there are events and every one is terminal."""
-    async with asyncio.timeout(timeout):
-        while True:
-            rows = await pg_rows(dsn, "SELECT status FROM events")
-            if rows and all(r[0] in TERMINAL for r in rows):
-                return
-            await asyncio.sleep(0.3)
+async def settle(dsn: str, stall: float = 60, timeout: float = 360) -> None:
+    """Wait until there are events and every one is terminal; else fail saying which are not.
+
+    Fails once no event has become terminal for ``stall`` seconds (the service is
+    stuck), or after ``timeout`` in all: a backlog left by a fast stream on a slow
+    machine takes what it takes to work off, as long as it is being worked off.
+    """
+    open_sql = (
+        f"SELECT COUNT(*), COUNT(*) FILTER (WHERE status NOT IN {tuple(TERMINAL)}) FROM events"
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            fewest, since = None, time.monotonic()
+            while True:
+                [(total, still_open)] = await pg_rows(dsn, open_sql)
+                if total and not still_open:
+                    return
+                if fewest is None or still_open < fewest:
+                    fewest, since = still_open, time.monotonic()
+                elif time.monotonic() - since > stall:
+                    raise TimeoutError
+                await asyncio.sleep(0.3)
+    except TimeoutError:
+        open_events = await pg_rows(
+            dsn,
+            "SELECT e.id, e.status, e.vnf_instance_id, e.operation_state, l.owner, l.token, "
+            "l.expires_at - extract(epoch from now()), "
+            "(SELECT string_agg(j.status || '/' || j.attempts || '/' || coalesce(j.next_attempt_at"
+            " - extract(epoch from now()), 0)::int, ',') FROM jobs j WHERE j.event_id = e.id) "
+            "FROM events e LEFT JOIN leases l ON l.lane = e.vnf_instance_id "
+            f"WHERE e.status NOT IN {tuple(TERMINAL)} ORDER BY e.id LIMIT 20",
+        )
+        raise AssertionError(
+            f"events not terminal ({stall:.0f} s without progress, or {timeout:.0f} s in all) "
+            "(id, status, lane, state, lease owner, "
+            f"token, lease seconds left, jobs status/attempts/retry in s): {open_events}"
+        ) from None
 
 
 @dataclass(frozen=True)
