@@ -42,6 +42,22 @@ async def _dump(pg: str) -> dict[str, list[tuple[object, ...]]]:
     }
 
 
+async def _a_inside_apply(effects: Path, a: Replica, pg: str, sent: int) -> bool:
+    """Wait until A runs a non-idempotent step (True) or every event is settled (False)."""
+    async with asyncio.timeout(60):
+        while True:
+            mine = [m for m in marks(effects) if m.pid == a.pid and m.step == "apply"]
+            open_runs = {m.job_id for m in mine if m.what == "start"} - {
+                m.job_id for m in mine if m.what == "end"
+            }
+            if open_runs:
+                return True
+            rows = await pg_rows(pg, "SELECT status FROM events")
+            if len(rows) == sent and all(r[0] in TERMINAL for r in rows):
+                return False
+            await asyncio.sleep(0.02)
+
+
 async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
     tmp_path: Path, pg_url: str
 ) -> None:
@@ -62,30 +78,32 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
         await a.ready()  # A migrates the store first; then B joins
         b.start()
         await b.ready()
-        bodies = [
-            op_occ(instance=inst, state=state, op_occ_id=occ)
-            for inst in [uid() for _ in range(10)]
-            for occ in [uid()]
-            for state in ("STARTING", "PROCESSING", "COMPLETED")
-        ]
+        # Both workers dispatching: a worker still starting (slow on a loaded machine)
+        # would leave every lane to the other replica, and A nothing to be paused in.
+        await a.wait_readiness(True)
+        await b.wait_readiness(True)
+        bodies: list[dict[str, object]] = []
         acked = 0
-        async with aiohttp.ClientSession() as http:
-            for i, body in enumerate(bodies):  # round robin, as behind a load balancer
-                async with http.post((a, b)[i % 2].url, json=body) as resp:
-                    assert resp.status == 204
-                    acked += 1
-        # Stop A while it is inside a non-idempotent step.
-        async with asyncio.timeout(30):
-            while True:
-                mine = [m for m in marks(effects) if m.pid == a.pid and m.step == "apply"]
-                open_runs = {m.job_id for m in mine if m.what == "start"} - {
-                    m.job_id for m in mine if m.what == "end"
-                }
-                if open_runs:
-                    break
-                await asyncio.sleep(0.02)
-        assert a.proc is not None
-        a.proc.send_signal(signal.SIGSTOP)
+        # Stop A while it is inside a non-idempotent step. Which replica takes a lane
+        # is a race; should B win every lane of a round, send another round.
+        for _ in range(5):
+            batch = [
+                op_occ(instance=inst, state=state, op_occ_id=occ)
+                for inst in [uid() for _ in range(10)]
+                for occ in [uid()]
+                for state in ("STARTING", "PROCESSING", "COMPLETED")
+            ]
+            async with aiohttp.ClientSession() as http:
+                for i, body in enumerate(batch):  # round robin, as behind a load balancer
+                    async with http.post((a, b)[i % 2].url, json=body) as resp:
+                        assert resp.status == 204
+                        acked += 1
+            bodies += batch
+            if await _a_inside_apply(effects, a, pg, len(bodies)):
+                break
+        else:
+            pytest.fail("replica A never ran a step in five rounds:\n" + a.log.read_text()[-3000:])
+        a.signal_all(signal.SIGSTOP)
         stopped = time.time()
 
         # B takes A's lanes over once their leases expire and settles everything.
@@ -99,7 +117,7 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
         before = await _dump(pg)
         lease_tokens = await pg_rows(pg, "SELECT MAX(token) FROM leases")
 
-        a.proc.send_signal(signal.SIGCONT)
+        a.signal_all(signal.SIGCONT)
         continued = time.time()
         await asyncio.sleep(3 * LEASE_TTL)  # renewals, rescans, lanes retried
         assert a.proc.poll() is None, "replica A died"
