@@ -27,6 +27,9 @@ HEAD_REVISION = "0006"
 
 SCRIPT_LOCATION = str(Path(__file__).resolve().parent.parent / "migrations")
 
+# pg_advisory_xact_lock key of schema migrations (any constant all our versions share).
+_MIGRATION_LOCK = 0x6C63636E  # "lccn"
+
 
 class MigrationError(Exception):
     """Alembic refused to migrate (its ``CommandError``, chained); ``too_new``: the store's
@@ -78,6 +81,11 @@ async def upgrade(db: Database) -> None:
     from alembic.util.exc import CommandError
 
     def run(connection: Connection) -> None:
+        if connection.dialect.name == "postgresql":
+            # Replicas started together on a new store: one migrates, the others wait
+            # here, then find the schema at the head (Alembic reads it after the lock).
+            # SQLite's write transaction already holds the file's only write lock.
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
         command.upgrade(_config(connection), "head")
 
     try:
