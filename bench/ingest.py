@@ -9,6 +9,11 @@ Every request is the STARTING notification of a new op-occ of a new instance
 
 * no-op: an aiohttp app that reads the body and answers 204; warmed up, timed,
   stopped before ours starts.
+* floor, for context (``bench/http_floor.py``): the least a server can do and
+  still store every notification durably: aiohttp, JSON decode into the events
+  row our store writes, group commit into the events table alone (same schema,
+  indexes and durability), 204 after the commit. Timed at its maximum and at
+  half of it, alone like the others.
 * ours: ``lccn-subscriber serve`` (SQLite file, synchronous=FULL, or
   ``--database`` PostgreSQL), every event's job run by the built-in ``log``
   handler (a job row, a step checkpoint, a lease), as in production: in serve's
@@ -26,7 +31,7 @@ Dispatch latency (issue 16: the 204 to the handler's first step) is read from
 the store afterwards: from the event's ``received_at`` (its append began; the
 204 follows the commit) to ``started_at`` of the first step of its first job.
 
-Prints throughput and p50/p99 latency of both servers, the paced latencies,
+Prints throughput and p50/p99 latency of the three servers, ours / floor, the paced latencies,
 dispatch latencies per phase, and as the last line ``ratio=<ours/no-op
 throughput>``.
 
@@ -65,6 +70,10 @@ from benchlib import (
 )
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
+
+from subscriber.config import DatabaseSettings
+
+FLOOR = Path(__file__).with_name("http_floor.py")
 
 NOOP_SERVER = """
 import sys
@@ -197,6 +206,42 @@ async def dispatch_latencies(database: str) -> list[tuple[float, float]]:
     return [(float(r[0]), float(r[1])) for r in rows]
 
 
+@contextmanager
+def floor_server(port: int, database: str) -> Iterator[subprocess.Popen[bytes]]:
+    """bench/http_floor.py on ``port``, storing into ``database`` (a fresh one)."""
+    synchronous = DatabaseSettings().sqlite_synchronous
+    proc = subprocess.Popen(
+        [sys.executable, str(FLOOR), str(port), PATH, database, synchronous],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def measure_floor(
+    requests: int, concurrency: int, server: str, workdir: Path
+) -> tuple[float, list[float], list[float]]:
+    """The floor's max req/s and latencies, and its latencies at half that rate."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}{PATH}"
+    async with scratch_database(server, workdir, "floor") as database:
+        with floor_server(port, database) as proc:
+            await wait_ready(url, proc)
+            await saturate(url, [body(i) for i in range(300)], concurrency)
+            rate, latencies = await saturate(url, [body(i) for i in range(requests)], concurrency)
+            half_n = max(500, int(rate / 2 * 3))
+            _, half = await paced(url, [body(i) for i in range(half_n)], rate / 2, concurrency)
+            return rate, latencies, half
+
+
 async def measure_noop(requests: int, concurrency: int) -> tuple[float, list[float]]:
     port = free_port()
     url = f"http://127.0.0.1:{port}{PATH}"
@@ -241,6 +286,12 @@ async def main() -> None:
     print(f"noop: {noop_rate:.0f} req/s {spread(noop_lat)}")
 
     with tempfile.TemporaryDirectory(prefix="lccn-bench-") as tmp:
+        floor_rate, floor_lat, floor_half = await measure_floor(n, c, args.database, Path(tmp))
+        print(
+            "context, floor (aiohttp: JSON decode, the events row, group commit, 204 after "
+            f"it; bench/http_floor.py): {floor_rate:.0f} req/s {spread(floor_lat)}; "
+            f"at half its max {spread(floor_half)}"
+        )
         async with scratch_database(args.database, Path(tmp), "ingest") as database:
             port = free_port()
             base = f"http://127.0.0.1:{port}"
@@ -254,6 +305,7 @@ async def main() -> None:
 
                 our_rate, our_lat = await saturate(url, [body(i) for i in range(n)], c)
                 print(f"ours: {our_rate:.0f} req/s {spread(our_lat)}")
+                print(f"context: ours / floor = {our_rate / floor_rate:.2f}")
                 backlog = await drain(base)
                 job_rate = n / backlog if backlog > 0 else float("inf")
 

@@ -162,15 +162,6 @@ def floor_row(record: Any, now: float) -> dict[str, Any]:
     The same values our store writes for it (tests/test_bench.py checks),
     so both sides write the same bytes.
     """
-    raw: bytes = record.value
-    body = json.loads(raw)
-    occ = body.get("vnfLcmOpOccId")
-    state = body.get("operationState")
-    status = body.get("notificationStatus")
-    if occ is not None:
-        key = f"opocc|{occ}|{state}|{status}"
-    else:
-        key = f"ident|{body['notificationType']}|{body['vnfInstanceId']}"
     meta = {
         "kafka": {
             "consumer": CLIENT_ID,
@@ -182,10 +173,26 @@ def floor_row(record: Any, now: float) -> dict[str, Any]:
             "headers": [[k, v.decode()] for k, v in record.headers or ()],
         }
     }
+    return floor_values(record.value, now, source="kafka", meta=meta, api_version=None)
+
+
+def floor_values(
+    raw: bytes, now: float, *, source: str, meta: dict[str, Any] | None, api_version: str | None
+) -> dict[str, Any]:
+    """The events row of one notification's JSON ``raw``, decoded and nothing more (the
+    floors of the Kafka and the HTTP bench)."""
+    body = json.loads(raw)
+    occ = body.get("vnfLcmOpOccId")
+    state = body.get("operationState")
+    status = body.get("notificationStatus")
+    if occ is not None:
+        key = f"opocc|{occ}|{state}|{status}"
+    else:
+        key = f"ident|{body['notificationType']}|{body['vnfInstanceId']}"
     return {
         "received_at": now,
         "updated_at": now,
-        "source": "kafka",
+        "source": source,
         "notification_type": body["notificationType"],
         "notification_id": body["id"],
         "vnf_instance_id": body["vnfInstanceId"],
@@ -195,9 +202,9 @@ def floor_row(record: Any, now: float) -> dict[str, Any]:
         "notification_status": status,
         "state_rank": STATE_RANK.get(state) if occ is not None else None,
         "dedup_key": key,
-        "api_version": None,
+        "api_version": api_version,
         "body": raw.decode(),
-        "meta": json.dumps(meta, separators=(",", ":")),
+        "meta": json.dumps(meta, separators=(",", ":")) if meta else None,
         "status": "pending",
         "status_detail": None,
         "notified_at": _epoch(body.get("timeStamp")) if occ is not None else None,

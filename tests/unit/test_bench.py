@@ -1,4 +1,4 @@
-"""The benches compare like with like: the Kafka floor writes the rows our store writes."""
+"""The benches compare like with like: the Kafka and HTTP floors write the rows our store writes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
+from schemas import parse_notification
 from subscriber.ingest.kafka_records import decode_record
+from subscriber.store import NewEvent
 from subscriber.store.events import _row_values
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -40,6 +42,15 @@ def test_the_kafka_floor_writes_the_row_our_store_writes(kafka_ingest: ModuleTyp
         record = _record(value, offset)
         ours = _row_values(decode_record(record, kafka_ingest.CLIENT_ID), 123.0)
         assert kafka_ingest.floor_row(record, 123.0) == ours
+
+
+def test_the_http_floor_writes_the_row_our_store_writes(kafka_ingest: ModuleType) -> None:
+    for raw in kafka_ingest.notifications(3):
+        new = NewEvent(
+            source="http", notification=parse_notification(raw), raw=raw, api_version="2.0.0"
+        )
+        floor = kafka_ingest.floor_values(raw, 123.0, source="http", meta=None, api_version="2.0.0")
+        assert floor == _row_values(new, 123.0)
 
 
 def test_the_memory_bench_posts_each_instance_its_life_in_order(
