@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from sqlalchemy.engine import make_url
@@ -42,6 +43,7 @@ __all__ = [
     "rss_mb",
     "scratch_database",
     "serve",
+    "server_process",
     "tree_resident_mb",
     "wait_ready",
 ]
@@ -150,13 +152,18 @@ def serve(database: str, port: int, *args: str, **env: str) -> Iterator[subproce
     Stopped with SIGTERM on exit (killed if it does not stop in 15 s).
     """
     argv = [sys.executable, "-m", "subscriber.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
+    with server_process(
         [*argv, "--database", database, *args],
         env={**os.environ, "PYTHONPATH": str(ROOT), "LCCN_LOG__LEVEL": "WARNING", **env},
         cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    ) as proc:
+        yield proc
+
+
+@contextlib.contextmanager
+def server_process(argv: list[str], **popen: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """``argv`` running, its output discarded; on exit SIGTERM (SIGKILL after 15 s)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
     try:
         yield proc
     finally:

@@ -49,8 +49,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import aiohttp
@@ -66,6 +65,7 @@ from benchlib import (
     notification,
     scratch_database,
     serve,
+    server_process,
     wait_ready,
 )
 from sqlalchemy import text
@@ -103,22 +103,8 @@ def body(i: int) -> bytes:
     return notification(str(uuid.uuid4()), str(uuid.uuid4()), state="STARTING", vnfcs=1)
 
 
-@contextmanager
-def noop_server(port: int) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", NOOP_SERVER, str(port), PATH],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def noop_server(port: int) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    return server_process([sys.executable, "-c", NOOP_SERVER, str(port), PATH])
 
 
 async def saturate(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, list[float]]:
@@ -206,24 +192,10 @@ async def dispatch_latencies(database: str) -> list[tuple[float, float]]:
     return [(float(r[0]), float(r[1])) for r in rows]
 
 
-@contextmanager
-def floor_server(port: int, database: str) -> Iterator[subprocess.Popen[bytes]]:
+def floor_server(port: int, database: str) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """bench/http_floor.py on ``port``, storing into ``database`` (a fresh one)."""
     synchronous = DatabaseSettings().sqlite_synchronous
-    proc = subprocess.Popen(
-        [sys.executable, str(FLOOR), str(port), PATH, database, synchronous],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return server_process([sys.executable, str(FLOOR), str(port), PATH, database, synchronous])
 
 
 async def measure_floor(
