@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:  # `python bench/scale_join.py` from a checkout
 
 from benchlib import add_database_argument, backend_name, machine, scratch_database  # noqa: E402
 
-from schemas.cluster_params import parse_install_output  # noqa: E402
+from handlers.toolkit.install_report import parse_install_output  # noqa: E402
 from subscriber.config import SshSettings  # noqa: E402
 from subscriber.kernel.ports import SshTarget  # noqa: E402
 from subscriber.ssh import SshPool  # noqa: E402
@@ -129,7 +129,7 @@ async def handler_scale_out(bed: Any, database: str) -> tuple[float, float]:
     """(SCALE_OUT job seconds, whole run) of the real SCALE handler adding every worker."""
     import aiohttp
 
-    from handlers import default_registry
+    from handlers import default_routing
     from subscriber.config import (
         ClusterSettings,
         DatabaseSettings,
@@ -159,7 +159,7 @@ async def handler_scale_out(bed: Any, database: str) -> tuple[float, float]:
     )
     svc = Service(
         config,
-        registry=default_registry(cluster=cluster, cluster_handlers=True),
+        routing=default_routing(cluster=cluster, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     url = f"http://127.0.0.1:{config.http.port}{config.http.path}"

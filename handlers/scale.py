@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers import steps, storage_steps
-from handlers.job import ClusterHandler, ClusterJob
-from handlers.registry_steps import configure_registry
+from handlers import steps
+from handlers.handler import ClusterHandler
+from handlers.job import ClusterJob
 from subscriber.kernel import PlanItem
 
 __all__ = ["ScaleCluster"]
@@ -38,8 +38,8 @@ class ScaleCluster(ClusterHandler):
             steps.configure_hosts(job),
             steps.configure_proxy(job),
             steps.join_workers(job),
-            configure_registry(job),
+            steps.configure_registry(job),
             steps.label_workers(job),
-            storage_steps.nfs_client(job),
+            steps.nfs_client(job),
             steps.reconcile_membership(job),
         )

@@ -7,11 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-__all__ = ["DRAIN_HANDLER", "REQUEST_STEP", "SELECT_STEP", "DrainRequest", "drain_key"]
-
-DRAIN_HANDLER = "cluster-drain"  # the handler whose job answers a drain request
-REQUEST_STEP = "drain-request"  # its step whose result lists the servers it drains
-SELECT_STEP = "select-leaving"  # its step whose result lists their nodes
+__all__ = ["DrainRequest", "drain_key"]
 
 NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=255, strip_whitespace=True)]
 

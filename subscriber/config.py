@@ -260,6 +260,8 @@ class ClusterSettings(_Section):
     helm_timeout: float = Field(default=300.0, gt=0)
     # A registered PersistentVolume must be Available within this (Tacker: 5 x 30 s).
     pv_available_timeout: float = Field(default=150.0, gt=0)
+    # The most read of one file of a VNF package (a script, a CA, a PV manifest).
+    max_package_file_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
 
     @field_validator("script_env")
     @classmethod
@@ -560,6 +562,10 @@ class TackerSettings(_Section):
 
     api_version: Literal["v1", "v2"] = "v2"
     request_timeout: float = Field(default=30.0, gt=0)
+    # VNF packages (helm script, CAs, PV manifests are read from them) are streamed to
+    # a temporary file, never held in memory, up to this size and within this time.
+    max_package_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    package_timeout: float = Field(default=600.0, gt=0)
     # 409 (instance lock) and 5xx: retried in-process with exponential backoff
     # and jitter; past this many attempts the step fails as transient and the
     # runner's persisted backoff takes over.

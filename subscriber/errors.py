@@ -46,9 +46,11 @@ boundary each, chaining the original with ``from exc``.
     ├── StepInterrupted                 a non-idempotent step was cut off mid-run;
     │                                   its effect is unknown, so it is not re-run
     ├── StepOutcome                     not failures: how a step ends other than by returning
-    │   └── SkipStep                    the step's work is already done ("node already joined")
-    │       └── NotACluster             the VNF is a CNF on Kubernetes, not a cluster of VMs:
-    │                                   the cluster handlers' steps have nothing to do
+    │   ├── SkipStep                    the step's work is already done ("node already joined")
+    │   │   └── EndJob                  ... and the job has nothing more to do: it ends done here
+    │   │       └── NotACluster         the VNF is a CNF on Kubernetes, not a cluster of VMs
+    │   └── EventRejected               Tacker contradicts the notification: the event is
+    │                                   rejected, never run, never replayed
     └── CliError                        a command cannot go on: one line on stderr, exit 2
         └── PublishInputError           ``kafka publish`` input holds no valid notification
 
@@ -71,6 +73,8 @@ __all__ = [
     "ConfigError",
     "ConfigFileError",
     "DiscoveryError",
+    "EndJob",
+    "EventRejected",
     "HostKeyRejected",
     "IngestError",
     "LccnError",
@@ -291,16 +295,36 @@ class SkipStep(StepOutcome):
         self.result = result
 
 
-class NotACluster(SkipStep):
+class EndJob(SkipStep):
+    """Raised by a step that finds its job has nothing to do ("no drain was requested").
+
+    The step is recorded as skipped with its ``result``, and the job ends done there:
+    the plan's later steps are not run.
+    """
+
+
+class NotACluster(EndJob):
     """The VNF of the notification is not a cluster of VMs but a CNF deployed on Kubernetes.
 
     Every VIM it names is a Kubernetes or Helm one and its operation carries no cluster
     parameters (the seeds' VNF-B, which Tacker deploys on the cluster we built and whose
-    notifications reach us through the same subscription). The cluster handlers skip the
-    job's steps; the job is done, with the reason on each step.
+    notifications reach us through the same subscription). The cluster handlers' job
+    ends done at the parameters step, with the reason on it.
     """
 
     error_class = "not-a-cluster"
+
+
+class EventRejected(StepOutcome):
+    """What Tacker says contradicts the notification: its op-occ names another instance
+    or operation, is in another state, or the op-occ or instance does not exist for us.
+
+    A notification is a claim and Tacker is the truth: the event is stored as
+    ``rejected`` with the reason, its job never runs a step that acts, and no replay
+    takes it back (a new, true notification is a new event).
+    """
+
+    error_class = "rejected"
 
 
 # ---------------------------------------------------------------------- SSH

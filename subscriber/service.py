@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
-from handlers import registry_for
+from handlers import routing_for
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.errors import ConfigError
@@ -32,7 +32,7 @@ from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.hooks import DrainHook
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.problems import problem_middleware
-from subscriber.kernel import HandlerRegistry, Services
+from subscriber.kernel import RoutingTable, Services
 from subscriber.lifecycle import Component
 from subscriber.metrics import Metrics, install_metrics_route
 from subscriber.openstack import OpenStackClient
@@ -54,10 +54,10 @@ Role = Literal["single", "ingest", "worker"]
 log = logging.getLogger(__name__)
 
 
-def _routing_summary(registry: HandlerRegistry, settings: Settings, missing: list[str]) -> str:
+def _routing_summary(routing: RoutingTable, settings: Settings, missing: list[str]) -> str:
     """One line: which operations are handled, and what is only recorded (and why)."""
     handled: dict[str, list[str]] = {}
-    for operation, state, name in registry.routes():
+    for operation, state, name in routing.routes():
         if operation is not None and name != "log":
             handled.setdefault(operation, []).append(state or "*")
     parts = [f"{op} ({', '.join(sorted(states))})" for op, states in sorted(handled.items())]
@@ -81,7 +81,7 @@ class Service(Component):
 
     Arguments:
         settings: the effective configuration.
-        registry: handler routes (defaults to the built-in registry plus
+        routing: handler routes (defaults to the built-in routing table plus
             ``settings.handlers.modules``).
         services: clients handed to steps; each one set wins over the service's own
             (which is then neither built nor started).
@@ -96,7 +96,7 @@ class Service(Component):
         self,
         settings: Settings,
         *,
-        registry: HandlerRegistry | None = None,
+        routing: RoutingTable | None = None,
         services: Services | None = None,
         role: Role = "single",
         worker_argv: Sequence[str] | None = None,
@@ -138,18 +138,18 @@ class Service(Component):
         self._owned: list[Any] = [c for c in (self.ssh, self.openstack, self.tacker) if c]
         configured = self.services.configured()
         missing = sorted({"tacker", "openstack"} - configured)
-        if settings.cluster.handlers == "on" and missing and registry is None:
+        if settings.cluster.handlers == "on" and missing and routing is None:
             raise ConfigError(
                 f"cluster.handlers is on but {' and '.join(missing)} is not configured: set "
                 + ", ".join(f"{m}.*" for m in missing)
                 + " or cluster.handlers: auto"
             )
-        self.registry = registry or registry_for(settings, configured)
-        self._routing_line = _routing_summary(self.registry, settings, missing)
+        self.routing = routing or routing_for(settings, configured)
+        self._routing_line = _routing_summary(self.routing, settings, missing)
         self.echo = EchoFilter(self.store.tacker, settings.tacker, self.tacker)
         self.runner = Runner(
             self.store,
-            self.registry,
+            self.routing,
             settings.dispatch,
             self.services,
             metrics=self.metrics,
@@ -205,7 +205,7 @@ class Service(Component):
             self.health.register("worker", self.worker.readiness)
         self.auth = CallbackAuth(settings.auth, settings.http.path, self.metrics)
         self.auth.install(self.app)
-        self.hooks = DrainHook(settings.hooks, self.store, wake=self._poke)
+        self.hooks = DrainHook(settings.hooks, self.store, self.routing, wake=self._poke)
         self.hooks.install(self.app)
         self.ingress = CallbackIngress(
             settings.http, self.app, ssl_context=build_ssl_context(settings.auth)

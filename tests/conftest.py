@@ -16,7 +16,7 @@ from subscriber.config import (
     HttpSettings,
     Settings,
 )
-from subscriber.kernel import HandlerRegistry, Services
+from subscriber.kernel import RoutingTable, Services
 from subscriber.service import Service
 from tests.testbed.tacker_fixtures import (  # one Tacker bed per run, for every tier
     bed,
@@ -56,11 +56,11 @@ async def start_service(db_url: str) -> AsyncIterator[ServiceFactory]:
     started: list[Service] = []
 
     async def start(
-        registry: HandlerRegistry | None = None,
+        routing: RoutingTable | None = None,
         services: Services | None = None,
         **dispatch: Any,
     ) -> Service:
-        svc = Service(make_settings(db_url, **dispatch), registry=registry, services=services)
+        svc = Service(make_settings(db_url, **dispatch), routing=routing, services=services)
         await svc.start()
         started.append(svc)
         return svc

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schemas import Notification
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 
 NON_IDEMPOTENT = frozenset({"apply"})
 
@@ -49,7 +49,7 @@ class FenceHandler:
         return Plan((_step("prepare", 0.01), _step("apply", seconds), _step("finish", 0.01)))
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(FenceHandler())
 
 

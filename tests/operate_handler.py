@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Notification
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.kernel.ports import CommandResult
 
 STEPS = ("discover", "install", "token")
@@ -84,7 +84,7 @@ def runs(runs_file: Path) -> list[tuple[int, int, str, str, str]]:
     return out
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(
         OperateHandler(
             Path(os.environ["LCCN_TEST_FAULT_FILE"]),

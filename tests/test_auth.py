@@ -28,7 +28,7 @@ from subscriber.config import (
     Settings,
 )
 from subscriber.ingest.auth import cert_thumbprint, subscription_authentication
-from subscriber.kernel import HandlerRegistry
+from subscriber.kernel import RoutingTable
 from subscriber.service import Service
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
@@ -44,7 +44,7 @@ async def auth_service(db_url: str) -> AsyncIterator[ServiceStarter]:
     started: list[Service] = []
 
     async def start(auth: AuthSettings) -> Service:
-        registry = HandlerRegistry()
+        registry = RoutingTable()
         registry.register(Recorder())
         settings = Settings(
             http=HttpSettings(host="127.0.0.1", port=free_port()),
@@ -52,7 +52,7 @@ async def auth_service(db_url: str) -> AsyncIterator[ServiceStarter]:
             dispatch=DispatchSettings(rescan_interval=0.5),
             auth=auth,
         )
-        svc = Service(settings, registry=registry)
+        svc = Service(settings, routing=registry)
         await svc.start()
         started.append(svc)
         return svc

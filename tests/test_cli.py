@@ -198,11 +198,11 @@ async def test_serve_says_at_start_what_it_handles(
 
 
 def test_routing_line_names_every_handled_operation() -> None:
-    from handlers import default_registry
+    from handlers import default_routing
     from subscriber.config import Settings
     from subscriber.service import _routing_summary
 
-    line = _routing_summary(default_registry(cluster_handlers=True), Settings(), [])
+    line = _routing_summary(default_routing(cluster_handlers=True), Settings(), [])
     assert line == (
         "handling HEAL (COMPLETED, PROCESSING, STARTING); INSTANTIATE (COMPLETED, STARTING); "
         "SCALE (COMPLETED, PROCESSING, STARTING); TERMINATE (COMPLETED); "

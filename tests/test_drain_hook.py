@@ -29,7 +29,7 @@ from schemas.hooks import DRAIN_HANDLER, REQUEST_STEP, SELECT_STEP
 from schemas.openapi import OPENAPI_PATH
 from subscriber.config import ClusterSettings, HookSettings
 from subscriber.errors import PermanentStepError
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step, StepsFor
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step, StepsFor
 from subscriber.service import Service
 from tests.conftest import callback_url, free_port, make_settings, wait_settled
 from tests.factories import op_occ, uid
@@ -67,8 +67,8 @@ class RecordingDrain:
         return Plan((drain_request(job), StepsFor("select", REQUEST_STEP, expand)))
 
 
-def registry(handler: RecordingDrain) -> HandlerRegistry:
-    reg = HandlerRegistry()
+def registry(handler: RecordingDrain) -> RoutingTable:
+    reg = RoutingTable()
     for operation in ("SCALE", "HEAL"):
         reg.register(handler, operation=operation, state="PROCESSING")
     return reg
@@ -89,7 +89,7 @@ async def start(db_url: str) -> AsyncIterator[Start]:
         if port is not None:
             http = settings.http.model_copy(update={"port": port})
             settings = settings.model_copy(update={"http": http})
-        svc = Service(settings, registry=registry(handler))
+        svc = Service(settings, routing=registry(handler))
         await svc.start()
         started.append(svc)
         return svc

@@ -164,7 +164,7 @@ class SlowStep:
 async def _start_slow_lane(
     start_service: ServiceFactory, http: aiohttp.ClientSession, handler: SlowStep
 ) -> tuple[Any, str]:
-    svc = await start_service(registry=registry_with(handler), lease_ttl=1.5, reorder_window=0)
+    svc = await start_service(routing=registry_with(handler), lease_ttl=1.5, reorder_window=0)
     lane = uid()
     async with http.post(callback_url(svc), json=op_occ(instance=lane, state="STARTING")) as r:
         assert r.status == 204

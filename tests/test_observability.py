@@ -10,7 +10,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from subscriber.health import CheckResult
-from subscriber.kernel import HandlerRegistry
+from subscriber.kernel import RoutingTable
 from subscriber.service import Service
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import identifier, op_occ, uid
@@ -41,9 +41,9 @@ async def test_metrics_move_as_events_flow(
     fault = tmp_path / "fault"
     fault.touch()
     runs_file = tmp_path / "runs.txt"
-    registry = HandlerRegistry()
+    registry = RoutingTable()
     registry.register(OperateHandler(fault, runs_file))
-    svc = await start_service(registry=registry, reorder_window=0.05)
+    svc = await start_service(routing=registry, reorder_window=0.05)
     before = await scrape(http, svc)
     assert metric(before, "lccn_seconds_since_last_notification") == -1
     assert (

@@ -27,7 +27,7 @@ async def test_shuffled_concurrent_resends_run_once_each_in_order(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     recorder = Recorder(delay=0.01)
-    svc = await start_service(registry=registry_with(recorder), reorder_window=0.5)
+    svc = await start_service(routing=registry_with(recorder), reorder_window=0.5)
     instances = [uid() for _ in range(6)]
     bodies = []
     expected: dict[str, list[tuple[str, str]]] = {}
@@ -68,7 +68,7 @@ async def test_late_older_transition_is_stale_not_run(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     recorder = Recorder()
-    svc = await start_service(registry=registry_with(recorder), reorder_window=0.05)
+    svc = await start_service(routing=registry_with(recorder), reorder_window=0.05)
     inst, occ = uid(), uid()
     assert await _send(http, svc, op_occ(instance=inst, op_occ_id=occ, state="STARTING")) == 204
     assert await _send(http, svc, op_occ(instance=inst, op_occ_id=occ, state="COMPLETED")) == 204
@@ -89,7 +89,7 @@ async def test_reorder_window_turns_jitter_into_order_not_skips(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     recorder = Recorder()
-    svc = await start_service(registry=registry_with(recorder), reorder_window=0.4)
+    svc = await start_service(routing=registry_with(recorder), reorder_window=0.4)
     inst, occ = uid(), uid()
     # COMPLETED first, PROCESSING 100 ms later (inside the window), STARTING never.
     assert await _send(http, svc, op_occ(instance=inst, op_occ_id=occ, state="COMPLETED")) == 204
@@ -116,7 +116,7 @@ async def test_a_backlog_of_lanes_is_worked_off_oldest_first(
     # One lane at a time: the others wait, and must be taken in the order their
     # events came, whatever their instance ids (they sort the other way round here).
     recorder = Recorder(delay=0.05)
-    svc = await start_service(registry=registry_with(recorder), max_parallel_lanes=1)
+    svc = await start_service(routing=registry_with(recorder), max_parallel_lanes=1)
     lanes = [f"{c}0000000-0000-4000-8000-000000000000" for c in "fedcba9876"]
     for lane in lanes:
         assert await _send(http, svc, op_occ(instance=lane, state="STARTING")) == 204
@@ -129,7 +129,7 @@ async def test_parallel_lanes_are_bounded(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     recorder = Recorder(delay=0.1)
-    svc = await start_service(registry=registry_with(recorder), max_parallel_lanes=3)
+    svc = await start_service(routing=registry_with(recorder), max_parallel_lanes=3)
     bodies = [op_occ(state="STARTING") for _ in range(9)]
     await asyncio.gather(*(_send(http, svc, b) for b in bodies))
     await recorder.wait_for(9)

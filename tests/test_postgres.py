@@ -39,7 +39,7 @@ async def test_ingest_dedup_and_ordered_jobs_on_postgres(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     recorder = Recorder()
-    svc = await start_service(registry=registry_with(recorder), reorder_window=0.3)
+    svc = await start_service(routing=registry_with(recorder), reorder_window=0.3)
     inst, occ = uid(), uid()
     bodies = [
         op_occ(instance=inst, op_occ_id=occ, state=s)

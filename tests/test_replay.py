@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from subscriber.dispatcher import choose_next
-from subscriber.kernel import HandlerRegistry
+from subscriber.kernel import RoutingTable
 from subscriber.service import Service
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import op_occ, uid
@@ -46,8 +46,8 @@ def handler_env(fault: Path, runs_file: Path) -> dict[str, str]:
     }
 
 
-def _registry(handler: OperateHandler) -> HandlerRegistry:
-    r = HandlerRegistry()
+def _registry(handler: OperateHandler) -> RoutingTable:
+    r = RoutingTable()
     r.register(handler)
     return r
 
@@ -84,7 +84,7 @@ async def _wait_status(svc: Service, event_id: int, status: str, timeout: float 
 async def _failed_event(
     start_service: ServiceFactory, http: aiohttp.ClientSession, handler: OperateHandler
 ) -> tuple[Service, Any, dict[str, Any]]:
-    svc = await start_service(registry=_registry(handler))
+    svc = await start_service(routing=_registry(handler))
     body = op_occ(operation="INSTANTIATE", state="COMPLETED")
     await _post(http, svc, body)
     (event,) = await wait_settled(svc, 1)
@@ -310,7 +310,7 @@ async def test_a_replayed_transition_is_not_stale_although_its_op_occ_moved_on(
     fault: Path,
     runs_file: Path,
 ) -> None:
-    svc = await start_service(registry=_registry(OperateHandler(fault, runs_file)))
+    svc = await start_service(routing=_registry(OperateHandler(fault, runs_file)))
     occ, instance = uid(), uid()
     await _post(http, svc, op_occ(instance=instance, op_occ_id=occ, state="PROCESSING"))
     await wait_settled(svc, 1)
@@ -342,7 +342,7 @@ async def test_batch_replay_by_filter_is_paced_and_shows_progress(
     fault: Path,
     runs_file: Path,
 ) -> None:
-    svc = await start_service(registry=_registry(OperateHandler(fault, runs_file)))
+    svc = await start_service(routing=_registry(OperateHandler(fault, runs_file)))
     instances = [uid() for _ in range(3)]
     for instance in instances:
         await _post(http, svc, op_occ(instance=instance, operation="HEAL", state="COMPLETED"))

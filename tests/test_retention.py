@@ -142,7 +142,7 @@ async def test_serve_keeps_the_store_bounded_under_a_steady_stream(db_url: str) 
         dispatch=DispatchSettings(rescan_interval=0.5, reorder_window=0),
         retention=RetentionSettings(max_age=1.0, interval=0.2),
     )
-    svc = Service(settings, registry=registry_with(Recorder()))
+    svc = Service(settings, routing=registry_with(Recorder()))
     sent, peak = 0, 0
     async with svc, aiohttp.ClientSession() as http:
         assert svc.pruner is not None

@@ -18,7 +18,7 @@ from subscriber.errors import (
     SshConnectionLost,
     TransientStepError,
 )
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, RetryClass, Step
+from subscriber.kernel import JobContext, Plan, RetryClass, RoutingTable, Step
 from subscriber.store import JobStatus, StepStatus
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import op_occ
@@ -72,8 +72,8 @@ class Scripted:
         return Plan(tuple(make(n) for n in self.names))
 
 
-def reg(handler: Any) -> HandlerRegistry:
-    r = HandlerRegistry()
+def reg(handler: Any) -> RoutingTable:
+    r = RoutingTable()
     r.register(handler)
     return r
 
@@ -97,7 +97,7 @@ async def test_transient_failure_resumes_at_the_failed_step(
         ["discover", "install", "token"],
         faults={"install": [TransientStepError("ssh connect refused")] * 2},
     )
-    svc = await start_service(registry=reg(h), backoff_initial=0.05, backoff_max=0.1)
+    svc = await start_service(routing=reg(h), backoff_initial=0.05, backoff_max=0.1)
     await _send(http, callback_url(svc))
     event, job, steps = await _job(svc)
     assert event.status == "done" and job.status == JobStatus.DONE
@@ -116,7 +116,7 @@ async def test_backoff_is_persisted_and_respected(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     h = Scripted(["a"], faults={"a": [TransientStepError("5xx")]})
-    svc = await start_service(registry=reg(h), backoff_initial=1.0, backoff_max=1.0)
+    svc = await start_service(routing=reg(h), backoff_initial=1.0, backoff_max=1.0)
     t0 = time.time()
     await _send(http, callback_url(svc))
     async with asyncio.timeout(10):
@@ -141,7 +141,7 @@ async def test_permanent_failure_fails_the_job_and_keeps_the_event(
         ["validate", "install"],
         faults={"validate": [PermanentStepError("master_node.password missing")]},
     )
-    svc = await start_service(registry=reg(h))
+    svc = await start_service(routing=reg(h))
     await _send(http, callback_url(svc))
     event, job, steps = await _job(svc)
     assert event.status == "failed"
@@ -156,7 +156,7 @@ async def test_attempts_are_bounded(
 ) -> None:
     h = Scripted(["a"], faults={"a": [TransientStepError("down")] * 10})
     svc = await start_service(
-        registry=reg(h), max_attempts=3, backoff_initial=0.01, backoff_max=0.02
+        routing=reg(h), max_attempts=3, backoff_initial=0.01, backoff_max=0.02
     )
     await _send(http, callback_url(svc))
     event, job, _ = await _job(svc)
@@ -169,7 +169,7 @@ async def test_unclassified_errors_follow_the_steps_retry_class(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     h = Scripted(["a"], faults={"a": [ConnectionResetError("reset"), ValueError("bad")]})
-    svc = await start_service(registry=reg(h), backoff_initial=0.01, backoff_max=0.02)
+    svc = await start_service(routing=reg(h), backoff_initial=0.01, backoff_max=0.02)
     await _send(http, callback_url(svc))
     event, job, _ = await _job(svc)
     # OSError -> transient (retried), ValueError -> permanent.
@@ -180,7 +180,7 @@ async def test_retry_class_never_makes_transient_errors_permanent(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     h = Scripted(["a"], faults={"a": [TransientStepError("x")]}, retry=RetryClass.NEVER)
-    svc = await start_service(registry=reg(h))
+    svc = await start_service(routing=reg(h))
     await _send(http, callback_url(svc))
     event, _, _ = await _job(svc)
     assert event.status == "failed" and h.calls["a"] == 1
@@ -190,7 +190,7 @@ async def test_skip_step_is_recorded_with_its_result(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     h = Scripted(["init", "join"], skip={"init"})
-    svc = await start_service(registry=reg(h))
+    svc = await start_service(routing=reg(h))
     await _send(http, callback_url(svc))
     event, _, steps = await _job(svc)
     assert event.status == "done"
@@ -211,7 +211,7 @@ async def test_timeout_of_an_idempotent_step_is_transient(
             return Plan((Step("slow", slow, idempotent=True, timeout=0.2),))
 
     h = Slow([])
-    svc = await start_service(registry=reg(h), backoff_initial=0.01, backoff_max=0.02)
+    svc = await start_service(routing=reg(h), backoff_initial=0.01, backoff_max=0.02)
     await _send(http, callback_url(svc))
     event, _job_row, steps = await _job(svc)
     assert event.status == "done" and h.calls["slow"] == 2 and steps[0].attempts == 2
@@ -232,7 +232,7 @@ async def test_timeout_of_a_non_idempotent_step_is_never_rerun(
 
             return Plan((Step("once", once, idempotent=False, timeout=0.2),))
 
-    svc = await start_service(registry=reg(Slow()), backoff_initial=0.01)
+    svc = await start_service(routing=reg(Slow()), backoff_initial=0.01)
     await _send(http, callback_url(svc))
     event, job, _ = await _job(svc)
     assert event.status == "failed" and job.error_class == "interrupted"
@@ -247,7 +247,7 @@ async def test_a_lost_ssh_connection_is_retried_only_for_an_idempotent_step(
     # a step that is not idempotent must not be run again blindly.
     lost = SshConnectionLost("run on root@10.0.0.5:22: connection lost", host="root@10.0.0.5:22")
     h = Scripted(["remote"], faults={"remote": [lost]}, idempotent={"remote": idempotent})
-    svc = await start_service(registry=reg(h), backoff_initial=0.01)
+    svc = await start_service(routing=reg(h), backoff_initial=0.01)
     await _send(http, callback_url(svc))
     event, job, steps = await _job(svc)
     if idempotent:
@@ -265,7 +265,7 @@ async def test_a_connect_failure_of_a_non_idempotent_step_is_retried(
     # Nothing ran when the host could not be reached at all.
     refused = SshConnectError("connect to root@10.0.0.5:22: refused", host="root@10.0.0.5:22")
     h = Scripted(["remote"], faults={"remote": [refused]}, idempotent={"remote": False})
-    svc = await start_service(registry=reg(h), backoff_initial=0.01)
+    svc = await start_service(routing=reg(h), backoff_initial=0.01)
     await _send(http, callback_url(svc))
     event, _job_row, _ = await _job(svc)
     assert event.status == "done" and h.calls["remote"] == 2
@@ -280,7 +280,7 @@ async def test_failing_plan_is_classified_too(
         def plan(self, notification: Notification) -> Plan:
             raise PermanentStepError("k8s_cluster_installation_param is missing")
 
-    svc = await start_service(registry=reg(Broken()))
+    svc = await start_service(routing=reg(Broken()))
     await _send(http, callback_url(svc))
     event, job, _ = await _job(svc)
     assert event.status == "failed" and "k8s_cluster_installation_param" in (job.last_error or "")

@@ -23,7 +23,7 @@ import pytest
 from schemas import Notification, parse_notification
 from subscriber.config import DatabaseSettings, DispatchSettings
 from subscriber.errors import PermanentStepError
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.runner import JobOutcome, Runner
 from subscriber.store import EventStatus, JobStatus, NewEvent, StepStatus, Store
 from subscriber.store.jobs import StepOutcome
@@ -81,7 +81,7 @@ async def _append(store: Store) -> int:
 
 
 def _runner(store: Store, handler: Apply) -> Runner:
-    registry = HandlerRegistry()
+    registry = RoutingTable()
     registry.register(handler)
     return Runner(store, registry, DispatchSettings(backoff_initial=0.01, backoff_max=0.02))
 

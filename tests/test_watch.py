@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
-from subscriber.kernel import HandlerRegistry
+from subscriber.kernel import RoutingTable
 from tests.conftest import ServiceFactory, callback_url
 from tests.factories import op_occ
 from tests.operate_handler import OperateHandler
@@ -22,9 +22,9 @@ async def test_watch_shows_each_event_its_steps_and_its_outcome(
     start_service: ServiceFactory, http: aiohttp.ClientSession, db_url: str, tmp_path: Path
 ) -> None:
     fault = tmp_path / "fault"
-    registry = HandlerRegistry()
+    registry = RoutingTable()
     registry.register(OperateHandler(fault, tmp_path / "runs", step_seconds=0.3))
-    svc = await start_service(registry=registry)
+    svc = await start_service(routing=registry)
     watcher = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "subscriber.cli", "events", "watch", "--until-idle",
         "--format", "json", "--interval", "0.1", "--database", db_url,

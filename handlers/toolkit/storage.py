@@ -34,12 +34,9 @@ result names a password.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import posixpath
 import shlex
 import time
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -356,27 +353,6 @@ async def install_nfs_client(
 
 
 # ------------------------------------------------------------------ the PVs
-
-
-def read_package_file(package: bytes, path: str, *, what: str, step: str | None) -> bytes:
-    """The file at ``path`` in the VNF package zip.
-
-    Raises:
-        PermanentStepError: not a path inside the package, not there, not a zip.
-    """
-    wanted = posixpath.normpath(path.strip().lstrip("/"))
-    if wanted.startswith("..") or wanted in ("", "."):
-        raise PermanentStepError(f"{what} {path!r} is not a path inside the VNF package", step=step)
-    try:
-        with zipfile.ZipFile(io.BytesIO(package)) as archive:
-            names = {posixpath.normpath(n): n for n in archive.namelist() if not n.endswith("/")}
-            if wanted not in names:
-                raise PermanentStepError(f"{what} {path!r} is not in the VNF package", step=step)
-            return archive.read(names[wanted])
-    except zipfile.BadZipFile:
-        raise PermanentStepError(
-            "the VNF package content Tacker returned is not a zip file", step=step
-        ) from None
 
 
 def read_manifest(text: bytes, path: str, server_ip: str, *, step: str | None) -> PersistentVolume:

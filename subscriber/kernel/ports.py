@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import IO, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import SecretStr
 
@@ -88,10 +88,11 @@ class TackerApi(Protocol):
         """Delete the VIM registered under ``name``; False if there was none."""
         ...
 
-    async def vnf_package_content(self, vnfd_id: str) -> bytes:
-        """The zip of the onboarded VNF package whose VNFD is ``vnfd_id``.
+    async def vnf_package(self, vnfd_id: str, into: IO[bytes]) -> None:
+        """Write the zip of the onboarded VNF package whose VNFD is ``vnfd_id`` into ``into``.
 
-        Raises a permanent error when no onboarded package has that VNFD.
+        Raises a permanent error when no onboarded package has that VNFD, or when it is
+        larger than the client allows.
         """
         ...
 

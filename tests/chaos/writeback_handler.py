@@ -17,7 +17,7 @@ from pydantic import SecretStr
 from handlers.steps import _has_entry
 from schemas import Notification
 from subscriber.errors import SkipStep
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.kernel.ports import KubernetesAccess
 from tests.fence_handler import mark
 
@@ -47,5 +47,5 @@ class ChaosWriteBack:
         return Plan((Step("write-back", _write_back, idempotent=True, timeout=120.0),))
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(ChaosWriteBack(), operation="INSTANTIATE", state="COMPLETED")

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from schemas.cluster_params import InstallReport, parse_install_output
+from handlers.toolkit.install_report import InstallReport, parse_install_output
 from subscriber.config import SshSettings
 from subscriber.ssh import SshPool
 from tests.k8s.conftest import restore_hostnames

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from subscriber.config import ClusterSettings, HookSettings, Settings, SshSettings
 from subscriber.kernel import Services
 from subscriber.service import Service
@@ -74,7 +74,7 @@ async def test_scale_in_drains_real_pods_before_the_vm_goes(hosts: TestBed, tmp_
     )
     svc = Service(
         settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
+        routing=default_routing(cluster=CLUSTER, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()

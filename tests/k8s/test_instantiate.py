@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from subscriber.config import ClusterSettings, Settings, SshSettings
 from subscriber.kernel import Services
 from subscriber.service import Service
@@ -78,7 +78,7 @@ async def test_instantiate_builds_a_real_cluster_and_writes_back_working_access(
     )
     svc = Service(
         settings,
-        registry=default_registry(cluster=settings.cluster, cluster_handlers=True),
+        routing=default_routing(cluster=settings.cluster, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()

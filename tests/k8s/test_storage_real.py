@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from subscriber.config import ClusterSettings, HookSettings, Settings
 from subscriber.kernel import Services
 from subscriber.service import Service
@@ -78,7 +78,7 @@ async def test_storage_pvs_available_bound_claim_refuses_the_heal_on_the_real_ap
     )
     svc = Service(
         settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
+        routing=default_routing(cluster=CLUSTER, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from subscriber.config import ClusterSettings, Settings, SshSettings
 from subscriber.kernel import Services
 from subscriber.service import Service
@@ -46,7 +46,7 @@ def settings_for(db_url: str, ssh: SshSettings, **dispatch: Any) -> Settings:
 async def start(settings: Settings, tacker: FakeTacker, openstack: FakeOpenStack) -> Service:
     svc = Service(
         settings,
-        registry=default_registry(cluster=settings.cluster, cluster_handlers=True),
+        routing=default_routing(cluster=settings.cluster, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from subscriber.config import ClusterSettings, HookSettings, Settings, SshSettings
 from subscriber.kernel import Services
 from subscriber.service import Service
@@ -129,7 +129,7 @@ async def start(
     )
     svc = Service(
         settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
+        routing=default_routing(cluster=CLUSTER, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()
@@ -340,7 +340,7 @@ async def test_workers_are_labelled_with_host_and_zone(
     settings = base.model_copy(update={"ssh": ssh_settings, "cluster": CLUSTER})
     svc = Service(
         settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
+        routing=default_routing(cluster=CLUSTER, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()

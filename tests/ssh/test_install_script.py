@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from schemas.cluster_params import InstallReport, parse_install_output
+from handlers.toolkit.install_report import InstallReport, parse_install_output
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
 from tests.testbed import testhosts

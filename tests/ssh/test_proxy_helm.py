@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from handlers.toolkit import helm, proxy
 from subscriber.config import Settings, SshSettings
 from subscriber.kernel import Services
@@ -99,7 +99,7 @@ async def start(
     settings = base.model_copy(update={"ssh": ssh, "cluster": CLUSTER})
     svc = Service(
         settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
+        routing=default_routing(cluster=CLUSTER, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()
@@ -203,7 +203,7 @@ async def test_proxy_and_helm_on_a_healed_master(
     settings = base.model_copy(update={"ssh": ssh_settings, "cluster": CLUSTER})
     svc = Service(
         settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
+        routing=default_routing(cluster=CLUSTER, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from handlers.toolkit import registry
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import discover
@@ -184,7 +184,7 @@ async def start_service(
     base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
     svc = Service(
         base.model_copy(update={"cluster": CLUSTER}),
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
+        routing=default_routing(cluster=CLUSTER, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack, ssh=ssh),
     )
     await svc.start()

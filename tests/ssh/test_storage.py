@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from handlers.toolkit import storage
 from subscriber.config import Settings, SshSettings
 from subscriber.kernel import Services
@@ -157,7 +157,7 @@ async def test_storage_server_nfs_and_pvs_then_a_rebuilt_storage_server(
     settings = base.model_copy(update={"ssh": ssh_settings, "cluster": SETTINGS})
     svc = Service(
         settings,
-        registry=default_registry(cluster=SETTINGS, cluster_handlers=True),
+        routing=default_routing(cluster=SETTINGS, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()

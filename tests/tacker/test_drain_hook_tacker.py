@@ -24,7 +24,7 @@ from handlers.job import ClusterJob
 from schemas import Notification
 from subscriber.config import ClusterSettings, HookSettings
 from subscriber.errors import PermanentStepError
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step, StepsFor
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step, StepsFor
 from subscriber.service import Service
 from tests.conftest import callback_url, make_settings
 from tests.openstack_sim.process import SimProcess
@@ -70,11 +70,11 @@ async def hooked(
     db_url: str, bed: tb.BedState, tacker: TackerClient, sim: SimProcess, tmp_path: Path
 ) -> AsyncIterator[tuple[Service, SimWatchingDrain]]:
     handler = SimWatchingDrain(sim)
-    reg = HandlerRegistry()
+    reg = RoutingTable()
     for op in ("SCALE", "HEAL"):
         reg.register(handler, operation=op, state="PROCESSING")
     settings = make_settings(db_url).model_copy(update={"hooks": HookSettings(token=TOKEN)})
-    svc = Service(settings, registry=reg)
+    svc = Service(settings, routing=reg)
     await svc.start()
     token_file = tmp_path / "hook-token"
     token_file.write_text(TOKEN)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.terminate import TerminateCluster
 from handlers.toolkit.params import load_params
@@ -22,7 +22,7 @@ from subscriber.errors import (
     ServiceMissing,
     SkipStep,
 )
-from subscriber.kernel import HandlerRegistry, JobContext, Services, Step, StepsFor
+from subscriber.kernel import JobContext, RoutingTable, Services, Step, StepsFor
 from subscriber.kernel.ports import PortAddresses
 from tests.cluster_fakes import (
     MASTER_CP,
@@ -359,13 +359,13 @@ async def test_terminate_v2_sends_no_patch_and_forgets() -> None:
 
 
 async def test_registry_routes() -> None:
-    registry = default_registry(cluster_handlers=True)
+    registry = default_routing(cluster_handlers=True)
     routes = {(op, st): name for op, st, name in registry.routes()}
     assert routes[("INSTANTIATE", "COMPLETED")] == "cluster-instantiate"
     assert routes[("INSTANTIATE", "STARTING")] == "cluster-instantiate-validate"
     assert routes[("TERMINATE", "COMPLETED")] == "cluster-terminate"
     assert routes[(None, None)] == "log"
-    plain = default_registry()
+    plain = default_routing()
     assert ("INSTANTIATE", "COMPLETED") not in {(o, s) for o, s, _ in plain.routes()}
-    assert isinstance(plain, HandlerRegistry)
+    assert isinstance(plain, RoutingTable)
     assert MASTER_CP == "masterNode_CP1"

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from handlers.registry_steps import configure_registry
 
 from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster
 from handlers.job import ClusterJob
-from handlers.registry_steps import configure_registry
 from handlers.scale import ScaleCluster
 from handlers.toolkit import registry
 from handlers.toolkit.shell import NodeShell
