@@ -170,11 +170,15 @@ async def preview(
     for event in rows:
         p = ReplayPreview(event, mode, replayable=event.status in REPLAYABLE)
         if not p.replayable:
-            p.reason = (
-                f"status {event.status}: it belongs to its lane"
-                if event.status in ("pending", "running", "retry")
-                else f"status {event.status} cannot be replayed"
-            )
+            if event.status in ("pending", "running", "retry"):
+                p.reason = f"status {event.status}: it belongs to its lane"
+            elif event.status == "rejected":
+                p.reason = (
+                    "status rejected: Tacker contradicted the notification "
+                    f"({event.status_detail or 'see events show'}); a true one is a new event"
+                )
+            else:
+                p.reason = f"status {event.status} cannot be replayed"
             out.append(p)
             continue
         history = await store.replays.history(event)

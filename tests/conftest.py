@@ -80,7 +80,7 @@ def callback_url(svc: Service) -> str:
     return f"http://127.0.0.1:{svc.port}{svc.settings.http.path}"
 
 
-TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison"})
+TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison", "rejected"})
 
 
 async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:
