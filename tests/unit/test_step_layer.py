@@ -137,5 +137,5 @@ def test_a_handler_module_with_a_bad_route_fails_at_start(tmp_path: Any, monkeyp
         "    table.register(LogHandler(), operation='SCALE', state='COMPLETE')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ConfigError, match="typo_routes.*unknown operation state 'COMPLETE'"):
+    with pytest.raises(ConfigError, match=r"typo_routes.*unknown operation state 'COMPLETE'"):
         RoutingTable().load_modules(["typo_routes"])
