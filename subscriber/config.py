@@ -774,10 +774,14 @@ class TackerSettings(_Section):
 
 
 class LogSettings(_Section):
+    """Logs on stderr, keyed by ``vnfInstanceId``, ``vnfLcmOpOccId``, ``event_id`` and
+    ``job_id``, secrets masked."""
+
     format: Literal["json", "text"] = "json"
     """``json``: one JSON object a line; ``text``: plain lines."""
     level: str = "INFO"
-    """Log level (``debug`` also adds tracebacks to the CLI's one-line errors)."""
+    """Log level (``debug``, ``info``, ``warning`` ...); ``LCCN_LOG__LEVEL=debug`` also adds
+    the traceback to the CLI's one-line errors."""
 
 
 class Settings(BaseSettings):
