@@ -6,7 +6,7 @@
 ``SCALE / COMPLETED`` -> :class:`ScaleCluster`, for SCALE_OUT and SCALE_IN alike:
 the nodes now are compared with the inventory; nodes whose VNFC is gone are
 deleted (drained before, by the management-driver hook, when the VNF package
-has it: see the README), new workers get the scripts, /etc/hosts and the
+has it: see docs/guide/hooks.md), new workers get the scripts, /etc/hosts and the
 parameters' proxy and join in parallel with a fresh token, every node's /etc/hosts names exactly the
 cluster's nodes, and the job ends by making the cluster, the inventory and
 Tacker's VNFCs agree.
