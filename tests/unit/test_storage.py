@@ -1,5 +1,5 @@
 """The storage server steps: their commands, guards and results (in-memory SSH, Tacker,
-OpenStack). The node-side scripts themselves run for real in ``tests/test_storage_scripts.py``.
+OpenStack). The node-side scripts themselves run for real in ``tests/host/test_storage_scripts.py``.
 """
 
 from __future__ import annotations
