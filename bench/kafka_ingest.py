@@ -159,7 +159,7 @@ def _epoch(stamp: str | None) -> float | None:
 def floor_row(record: Any, now: float) -> dict[str, Any]:
     """The events row of one record, from its JSON alone (no schema validation).
 
-    The same values our store writes for it (tests/test_bench.py checks),
+    The same values our store writes for it (tests/unit/test_bench.py checks),
     so both sides write the same bytes.
     """
     meta = {

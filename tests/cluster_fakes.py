@@ -1,23 +1,34 @@
-"""In-memory Tacker and OpenStack for the cluster handlers' tests (the ports' seams).
+"""In-memory SSH, Tacker and OpenStack for the cluster handlers' tests (the ports' seams).
 
-:class:`FakeTacker` serves a VNF instance and its op-occs the way Tacker v2
-shows them and records every write; :class:`FakeOpenStack` answers Heat port
-and Nova host lookups for that instance. :func:`cluster_vnf` builds both for a
-cluster whose VNFC "VMs" are given addresses (the SSH test hosts' in the
-``ssh`` tier).
+:class:`FakeSsh` is the one SSH executor of the unit tests: scripted answers by
+command pattern, a record of what ran, the files written. :class:`FakeTacker`
+serves a VNF instance and its op-occs the way Tacker v2 shows them and records
+every write; :class:`FakeOpenStack` answers Heat port and Nova host lookups for
+that instance. :func:`cluster_vnf` builds both for a cluster whose VNFC "VMs"
+are given addresses (the SSH test hosts' in the ``ssh`` tier).
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from subscriber.errors import OpenStackNotFound, SkipStep, TackerRejected
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
-from subscriber.kernel.ports import KubernetesAccess, PortAddresses, ServerPlacement
+from subscriber.kernel.ports import (
+    CommandResult,
+    KubernetesAccess,
+    PortAddresses,
+    ServerPlacement,
+    SshTarget,
+)
 
 MASTER_CP = "masterNode_CP1"
 WORKER_CP = "workerNode_CP2"
@@ -31,6 +42,156 @@ LIST_EXCLUDED = frozenset(
 
 def uid() -> str:
     return str(uuid.uuid4())
+
+
+# ----------------------------------------------------------------- SSH
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A scripted command's answer (its host, command and secrets are the call's)."""
+
+    stdout: str = ""
+    exit_status: int = 0
+    stderr: str = ""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One command (or ``upload PATH``) as :class:`FakeSsh` received it."""
+
+    host: str
+    command: str
+    user: str = "root"
+    input: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+    sudo: bool = False
+
+
+AnswerValue = str | Reply | CommandResult | BaseException
+Answer = AnswerValue | Callable[[Call], AnswerValue | None]
+
+
+@dataclass
+class _Rule:
+    pattern: re.Pattern[str]
+    answer: Answer
+    host: str | None
+
+
+class FakeSsh:
+    """An in-memory :class:`~subscriber.kernel.ports.SshExecutor`.
+
+    Scripting, the latest matching rule first:
+
+    * ``on(pattern, answer, host=None)``: a command in which the regular expression
+      ``pattern`` is found (``re.search``, ``.`` matches newlines), on ``host`` if
+      given, gets ``answer``: a ``str`` (stdout, exit 0), a :class:`Reply`, a ready
+      ``CommandResult``, an exception (raised), or a callable taking the :class:`Call`
+      and returning one of those (``None``: the next rule decides).
+    * ``fail(pattern, exit_status=1, stderr="", host=None)``: ``on`` with a failure.
+
+    Built in, as on a node: ``NodeShell.write_file`` stores its stdin in
+    ``files[(host, path)]`` (bytes) and its mode in ``modes`` and answers
+    ``changed``/``unchanged``; ``upload`` stores the bytes in ``files`` (with
+    ``uploads=False`` an upload fails the test). Any other command answers nothing,
+    exit 0.
+
+    Observing: ``calls`` (every command and upload, in order), ``ran(pattern)``
+    (the calls matching), ``text(host, path)`` (a written file as text).
+    """
+
+    def __init__(self, *, uploads: bool = True) -> None:
+        self.calls: list[Call] = []
+        self.files: dict[tuple[str, str], bytes] = {}
+        self.modes: dict[tuple[str, str], str] = {}
+        self._rules: list[_Rule] = []
+        self._uploads = uploads
+
+    def on(self, pattern: str, answer: Answer, *, host: str | None = None) -> FakeSsh:
+        """Answer commands matching ``pattern`` (on ``host`` only, if given) with ``answer``."""
+        self._rules.append(_Rule(re.compile(pattern, re.DOTALL), answer, host))
+        return self
+
+    def fail(
+        self, pattern: str, exit_status: int = 1, stderr: str = "", *, host: str | None = None
+    ) -> FakeSsh:
+        """Let commands matching ``pattern`` exit with ``exit_status`` and ``stderr``."""
+        return self.on(pattern, Reply(exit_status=exit_status, stderr=stderr), host=host)
+
+    def ran(self, pattern: str) -> list[Call]:
+        """The calls whose command matches ``pattern`` (``re.search``), in order."""
+        found = re.compile(pattern, re.DOTALL)
+        return [c for c in self.calls if found.search(c.command)]
+
+    def text(self, host: str, path: str) -> str:
+        return self.files[(host, path)].decode()
+
+    async def run(
+        self,
+        target: SshTarget,
+        command: str,
+        *,
+        command_timeout: float | None = None,
+        sudo: bool = False,
+        input: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> CommandResult:
+        text = input.decode() if isinstance(input, bytes) else (input or "")
+        call = Call(target.host, command, target.username, text, dict(env or {}), tuple(secrets))
+        self.calls.append(replace(call, sudo=sudo))
+        answer = self._scripted(call)
+        if answer is None:
+            answer = self._write(call) or Reply()
+        if isinstance(answer, BaseException):
+            raise answer
+        if isinstance(answer, CommandResult):
+            return answer
+        reply = Reply(stdout=answer) if isinstance(answer, str) else answer
+        return CommandResult(
+            host=target.host,
+            command=command,
+            exit_status=reply.exit_status,
+            stdout=reply.stdout,
+            stderr=reply.stderr,
+            duration=0.0,
+            secrets=call.secrets,
+        )
+
+    async def upload(
+        self,
+        target: SshTarget,
+        source: bytes | str | Path,
+        remote_path: str,
+        *,
+        mode: int = 0o644,
+        upload_timeout: float | None = None,
+    ) -> None:
+        assert self._uploads, f"no upload expected, got {remote_path}"
+        self.calls.append(Call(target.host, f"upload {remote_path}", target.username))
+        data = source if isinstance(source, bytes) else Path(source).read_bytes()
+        self.files[(target.host, remote_path)] = data
+
+    def _scripted(self, call: Call) -> AnswerValue | None:
+        for rule in reversed(self._rules):
+            if rule.host not in (None, call.host) or not rule.pattern.search(call.command):
+                continue
+            answer = rule.answer(call) if callable(rule.answer) else rule.answer
+            if answer is not None:
+                return answer
+        return None
+
+    def _write(self, call: Call) -> str | None:
+        """``NodeShell.write_file``'s command: ``bash -c SCRIPT write PATH MODE``, stdin."""
+        argv = shlex.split(call.command) if call.command.startswith("bash -c ") else []
+        if len(argv) != 6 or argv[3] != "write" or "cmp -s" not in argv[2]:
+            return None
+        key, data = (call.host, argv[4]), call.input.encode()
+        same = self.files.get(key) == data and self.modes.get(key) == argv[5]
+        self.files[key], self.modes[key] = data, argv[5]
+        return "unchanged" if same else "changed"
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -9,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from subscriber.config import (
     DatabaseSettings,
@@ -78,6 +81,29 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 def callback_url(svc: Service) -> str:
     return f"http://127.0.0.1:{svc.port}{svc.settings.http.path}"
+
+
+def basic(user: str, password: str) -> str:
+    """An ``Authorization`` header value for HTTP Basic."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def metric(text: str, sample: str) -> float:
+    """The value of one sample written ``name{a="x",b="y"}`` (any label order), 0 when absent."""
+    name, _, rest = sample.partition("{")
+    want = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels == want:
+                return float(s.value)
+    return 0.0
+
+
+async def scrape(http: aiohttp.ClientSession, svc: Service) -> str:
+    async with http.get(f"http://127.0.0.1:{svc.port}/metrics") as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        return await resp.text()
 
 
 TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison", "rejected"})

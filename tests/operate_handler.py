@@ -15,6 +15,7 @@ Loaded into ``serve`` subprocesses through ``LCCN_HANDLERS__MODULES``
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,12 @@ def register(registry: RoutingTable) -> None:
             os.environ.get("LCCN_TEST_LEAK_SECRET", ""),
         )
     )
+
+
+def handler_env(fault: Path, runs_file: Path) -> dict[str, str]:
+    """What makes ``serve`` and the CLI load this handler (their shared config)."""
+    return {
+        "LCCN_HANDLERS__MODULES": json.dumps(["tests.operate_handler"]),
+        "LCCN_TEST_FAULT_FILE": str(fault),
+        "LCCN_TEST_RUNS_FILE": str(runs_file),
+    }

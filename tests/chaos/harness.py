@@ -32,7 +32,7 @@ import asyncpg
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
 from tests.fence_handler import NON_IDEMPOTENT, double_runs, marks
-from tests.proctree import job_pid, tree
+from tests.programs import job_pid, tree
 
 __all__ = [
     "TERMINAL",

@@ -34,7 +34,7 @@ import pytest
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
 from tests.fence_handler import double_runs, doubled, marks
-from tests.test_process import ServeProcess
+from tests.programs import ServeProcess
 
 pytestmark = [pytest.mark.chaos, pytest.mark.asyncio, pytest.mark.timeout(900)]
 

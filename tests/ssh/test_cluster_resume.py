@@ -15,7 +15,7 @@ from subscriber.config import SshSettings
 from tests.cluster_fakes import cluster_vnf, k8s_params
 from tests.conftest import free_port
 from tests.factories import op_occ
-from tests.test_process import ServeProcess
+from tests.programs import ServeProcess
 from tests.testbed import testhosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]

@@ -21,10 +21,10 @@ from pathlib import Path
 import aiohttp
 
 from subscriber.store.migrate import HEAD_REVISION
+from tests import REPO
 from tests.conftest import free_port
 from tests.factories import op_occ
 
-REPO = Path(__file__).resolve().parent.parent
 # Top-level names; a submodule counts as its package.
 UNUSED = (
     "asyncssh",

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,70 +14,9 @@ import pytest
 
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
-from tests.proctree import alive, gone, tree
+from tests.programs import ServeProcess, alive, gone, tree
 
-REPO = Path(__file__).resolve().parent.parent
 TERMINAL = {"done", "failed", "ignored", "stale"}
-
-
-class ServeProcess:
-    def __init__(self, tmp: Path, port: int, env: dict[str, str]) -> None:
-        self.tmp, self.port, self.env = tmp, port, env
-        self.db = tmp / "lccn.db"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.logs: list[Path] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/lccn/notifications"
-
-    def start(self) -> None:
-        log = self.tmp / f"serve-{len(self.logs)}.log"
-        self.logs.append(log)
-        with log.open("wb") as out:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "subscriber.cli",
-                    "serve",
-                    "--port",
-                    str(self.port),
-                    "--database",
-                    f"sqlite+aiosqlite:///{self.db}",
-                ],
-                cwd=REPO,
-                env={**os.environ, **self.env, "PYTHONPATH": str(REPO)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    async def ready(self, timeout: float = 30) -> None:
-        """The callback answers and ``/readyz`` says ready (the worker runs jobs too)."""
-        async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
-            while True:
-                assert self.proc is not None and self.proc.poll() is None, self.log_text()
-                try:
-                    async with http.get(self.url) as resp:
-                        callback = resp.status == 204
-                    async with http.get(f"http://127.0.0.1:{self.port}/readyz") as resp:
-                        if callback and resp.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-
-    def log_text(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in self.logs)
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(30)
-
-    def rows(self, sql: str, *args: object) -> list[tuple[object, ...]]:
-        with sqlite3.connect(self.db, timeout=10) as conn:
-            return conn.execute(sql, args).fetchall()
 
 
 @pytest.fixture

@@ -13,14 +13,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from subscriber.dispatcher import choose_next
 from subscriber.kernel import RoutingTable
 from subscriber.service import Service
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import op_occ, uid
-from tests.operate_handler import OperateHandler, runs
-from tests.test_choose_next import ev
-from tests.test_cli import cli
+from tests.operate_handler import OperateHandler, handler_env, runs
+from tests.programs import cli
 
 
 @pytest.fixture
@@ -35,15 +33,6 @@ def runs_file(tmp_path: Path) -> Path:
     path = tmp_path / "runs.txt"
     path.touch()
     return path
-
-
-def handler_env(fault: Path, runs_file: Path) -> dict[str, str]:
-    """What makes ``serve`` and the CLI load the same test handler (their shared config)."""
-    return {
-        "LCCN_HANDLERS__MODULES": json.dumps(["tests.operate_handler"]),
-        "LCCN_TEST_FAULT_FILE": str(fault),
-        "LCCN_TEST_RUNS_FILE": str(runs_file),
-    }
 
 
 def _registry(handler: OperateHandler) -> RoutingTable:
@@ -322,17 +311,6 @@ async def test_a_replayed_transition_is_not_stale_although_its_op_occ_moved_on(
     out = cli("replay", str(processing.id), "--yes", "--database", db_url)
     assert out.returncode == 0, out.stderr
     await _wait_status(svc, processing.id, "done")
-
-
-def test_choose_next_lets_a_replayed_event_through_the_stale_check() -> None:
-    handled = ev(2, "o", "COMPLETED", status="done")
-    old = ev(1, "o", "PROCESSING")
-    seen = [("o", 1, "pending", 1, 0), ("o", 2, "done", 2, 0)]
-    assert choose_next([old], seen, {}, 200.0, 0.3).stale
-    old.replay_mode = "resume"
-    decision = choose_next([old], seen, {}, 200.0, 0.3)
-    assert decision.event is old and decision.stale is None
-    assert handled.replay_mode is None
 
 
 async def test_batch_replay_by_filter_is_paced_and_shows_progress(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +17,8 @@ from pydantic import BaseModel
 
 from subscriber.cli.root import build_parser
 from subscriber.config import Settings, load_settings
+from tests import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "compose.yaml"
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error}
 INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")

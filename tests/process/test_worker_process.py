@@ -20,14 +20,15 @@ import aiohttp
 import asyncpg
 import pytest
 
+from tests import REPO
 from tests.backends import pg_database
 from tests.conftest import free_port
 from tests.factories import op_occ
-from tests.proctree import alive, children, gone, worker_pid
+from tests.programs import alive, children, gone, worker_pid
 
 pytestmark = pytest.mark.asyncio
 
-REPO = Path(__file__).resolve().parent.parent
+
 NO_POLL = {"LCCN_DISPATCH__RESCAN_INTERVAL": "60", "LCCN_DISPATCH__REORDER_WINDOW": "0.05"}
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import signal
 from pathlib import Path
@@ -12,12 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import basic, free_port
 from tests.factories import op_occ, uid
-from tests.operate_handler import runs
-from tests.test_cli import cli
-from tests.test_process import ServeProcess
-from tests.test_replay import handler_env
+from tests.operate_handler import handler_env, runs
+from tests.programs import ServeProcess, cli
 
 
 @pytest.fixture
@@ -67,10 +64,6 @@ async def _status(serve: ServeProcess, event_id: int, want: str, timeout: float 
             if rows and rows[0] == (want, None):
                 return
             await asyncio.sleep(0.05)
-
-
-def basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 async def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> int:

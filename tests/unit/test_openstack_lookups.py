@@ -11,7 +11,7 @@ from subscriber.config import OpenStackSettings
 from subscriber.errors import OpenStackAuthFailed, OpenStackNotFound, OpenStackUnavailable
 from subscriber.openstack import OpenStackClient
 from tests.openstack_sim import OpenStackSim, SimConfig
-from tests.test_openstack_sim import Cloud
+from tests.unit.test_openstack_sim import Cloud
 
 pytestmark = pytest.mark.asyncio
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -14,19 +11,7 @@ import pytest
 from subscriber.store.migrate import HEAD_REVISION
 from tests.conftest import ServiceFactory, callback_url, wait_settled
 from tests.factories import op_occ
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "subscriber.cli", *args],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.programs import cli
 
 
 @pytest.mark.asyncio

@@ -11,11 +11,10 @@ from pathlib import Path
 import aiohttp
 
 from subscriber.kernel import RoutingTable
+from tests import REPO
 from tests.conftest import ServiceFactory, callback_url
 from tests.factories import op_occ
 from tests.operate_handler import OperateHandler
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 async def test_watch_shows_each_event_its_steps_and_its_outcome(

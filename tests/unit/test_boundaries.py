@@ -10,7 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import REPO as ROOT
+
 PACKAGES = ("subscriber", "handlers", "schemas")
 
 

@@ -32,8 +32,8 @@ from subscriber.store.jobs import StepOutcome
 from tests.backends import BACKENDS, database_url
 from tests.conftest import callback_url, free_port
 from tests.factories import op_occ, uid
+from tests.programs import cli
 from tests.recorders import Recorder, registry_with
-from tests.test_cli import cli
 
 pytestmark = pytest.mark.asyncio
 

@@ -16,9 +16,8 @@ import pytest
 from subscriber.config import DatabaseSettings
 from subscriber.store.database import Database
 from subscriber.store.migrate import HEAD_REVISION, current_revision
+from tests import REPO
 from tests.backends import BACKENDS, database_url
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 async def _db_upgrade(url: str) -> tuple[int, str]:

@@ -132,3 +132,14 @@ def test_a_late_first_run_transition_is_stale_once_a_retry_was_handled() -> None
     late = ev(3, "A", "COMPLETED")  # attempt 0: older than the retry
     d = choose_next([late], states(failed_temp, retry, late), {}, now=200.0, reorder_window=0.3)
     assert d.stale is late
+
+
+def test_choose_next_lets_a_replayed_event_through_the_stale_check() -> None:
+    handled = ev(2, "o", "COMPLETED", status="done")
+    old = ev(1, "o", "PROCESSING")
+    seen = [("o", 1, "pending", 1, 0), ("o", 2, "done", 2, 0)]
+    assert choose_next([old], seen, {}, 200.0, 0.3).stale
+    old.replay_mode = "resume"
+    decision = choose_next([old], seen, {}, 200.0, 0.3)
+    assert decision.event is old and decision.stale is None
+    assert handled.replay_mode is None

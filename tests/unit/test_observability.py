@@ -3,36 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from subscriber.health import CheckResult
 from subscriber.kernel import RoutingTable
-from subscriber.service import Service
-from tests.conftest import ServiceFactory, callback_url, wait_settled
+from tests.conftest import ServiceFactory, callback_url, metric, scrape, wait_settled
 from tests.factories import identifier, op_occ, uid
 from tests.operate_handler import OperateHandler
-
-
-def metric(text: str, sample: str) -> float:
-    """The value of one sample written ``name{a="x",b="y"}`` (any label order), 0 when absent."""
-    name, _, rest = sample.partition("{")
-    want = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and s.labels == want:
-                return float(s.value)
-    return 0.0
-
-
-async def scrape(http: aiohttp.ClientSession, svc: Service) -> str:
-    async with http.get(f"http://127.0.0.1:{svc.port}/metrics") as resp:
-        assert resp.status == 200
-        assert resp.headers["Content-Type"].startswith("text/plain")
-        return await resp.text()
 
 
 async def test_metrics_move_as_events_flow(

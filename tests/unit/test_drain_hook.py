@@ -31,13 +31,14 @@ from subscriber.config import ClusterSettings, HookSettings
 from subscriber.errors import PermanentStepError
 from subscriber.kernel import JobContext, Plan, RoutingTable, Step, StepsFor
 from subscriber.service import Service
+from tests import REPO
 from tests.conftest import callback_url, free_port, make_settings, wait_settled
 from tests.factories import op_occ, uid
 
 pytestmark = pytest.mark.asyncio
 
 TOKEN = "hook-token-5f2c9a71e3"
-HOOK = Path(__file__).parents[1] / "scripts/vnf_package/kubernetes_cluster/Scripts/lccn_hook.py"
+HOOK = REPO / "scripts/vnf_package/kubernetes_cluster/Scripts/lccn_hook.py"
 
 
 class RecordingDrain:

@@ -30,11 +30,9 @@ from subscriber.config import (
 from subscriber.ingest.auth import cert_thumbprint, subscription_authentication
 from subscriber.kernel import RoutingTable
 from subscriber.service import Service
-from tests.conftest import free_port
+from tests.conftest import basic, free_port, metric
 from tests.factories import op_occ, uid
 from tests.recorders import Recorder
-from tests.test_observability import metric
-from tests.test_operate_process import basic
 
 ServiceStarter = Callable[..., Any]
 

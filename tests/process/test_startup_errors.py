@@ -24,11 +24,11 @@ import aiohttp
 import asyncpg
 import pytest
 
+from tests import REPO
 from tests.backends import pg_database
 from tests.conftest import free_port
 from tests.openstack_sim import OpenStackSim, SimConfig
 
-REPO = Path(__file__).resolve().parent.parent
 SECRET = "S3cr3t-Passw0rd"
 
 
