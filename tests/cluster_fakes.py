@@ -16,10 +16,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
+from handlers.job import ClusterJob
+from handlers.steps import confirm
+from subscriber.config import ClusterSettings
 from subscriber.errors import OpenStackNotFound, SkipStep, TackerRejected
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
 from subscriber.kernel.ports import (
@@ -29,6 +32,7 @@ from subscriber.kernel.ports import (
     ServerPlacement,
     SshTarget,
 )
+from subscriber.kernel.results import result_json
 
 MASTER_CP = "masterNode_CP1"
 WORKER_CP = "workerNode_CP2"
@@ -208,10 +212,14 @@ class FakeTacker:
 
     async def get_vnf_instance(self, vnf_instance_id: str) -> dict[str, Any]:
         self.gets += 1
+        if vnf_instance_id not in self.instances:
+            raise TackerRejected(f"GET vnf_instances/{vnf_instance_id}: 404", status=404)
         return self.instances[vnf_instance_id]
 
     async def get_op_occ(self, op_occ_id: str) -> dict[str, Any]:
         self.gets += 1
+        if op_occ_id not in self.op_occs:
+            raise TackerRejected(f"GET vnf_lcm_op_occs/{op_occ_id}: 404", status=404)
         return self.op_occs[op_occ_id]
 
     async def list_op_occs(self, filter: str | None = None) -> list[dict[str, Any]]:
@@ -248,11 +256,11 @@ class FakeTacker:
             return None
         return self.vims.setdefault(name, uid())
 
-    async def vnf_package_content(self, vnfd_id: str) -> bytes:
+    async def vnf_package(self, vnfd_id: str, into: IO[bytes]) -> None:
         self.gets += 1
         if vnfd_id not in self.packages:
             raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
-        return self.packages[vnfd_id]
+        into.write(self.packages[vnfd_id])
 
     async def delete_vim(self, name: str) -> bool:
         if name not in self.vims:
@@ -499,6 +507,20 @@ def lcm_op_occ(
     return occ_id
 
 
+async def run_step(step: Step, ctx: JobContext) -> Any:
+    """Run ``step`` as the runner does: it reads only the results it declares, and its
+    result comes back as stored (JSON); skips and failures raise as they are."""
+    return result_json(await step.run(ctx.for_step(step)))
+
+
+async def confirmed(ctx: JobContext) -> Any:
+    """Run the plan's first step, ``confirm``, against the fake Tacker (what package reads
+    need: the instance's vnfdId), keeping its result as the runner would."""
+    step = confirm(ClusterJob(ClusterSettings(), ctx.notification))
+    ctx.results[step.name] = await run_step(step, ctx)
+    return ctx.results[step.name]
+
+
 async def assert_only_new_nodes(step: Step, ctx: JobContext, added: str) -> None:
     """On SCALE/HEAL ``step`` touches only the added and rebuilt nodes (``added`` here,
     already written, so nothing changes on it), and skips when there are none."""
@@ -506,9 +528,9 @@ async def assert_only_new_nodes(step: Step, ctx: JobContext, added: str) -> None
         **ctx.results["discover"],
         "changes": {"added": [added], "replaced": [], "departed": []},
     }
-    result = await step.run(ctx)
+    result = await run_step(step, ctx)
     assert list(result["nodes"]) == [added]
     assert result["nodes"][added]["changed"] == []  # written before: nothing new
     ctx.results["discover"]["changes"] = {"added": [], "replaced": [], "departed": []}
     with pytest.raises(SkipStep, match="no new or rebuilt node"):
-        await step.run(ctx)
+        await run_step(step, ctx)

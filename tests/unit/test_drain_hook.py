@@ -22,14 +22,14 @@ import aiohttp
 import jsonschema
 import pytest
 
-from handlers.drain import drain_request
 from handlers.job import ClusterJob
+from handlers.results import DrainServers, Leaving
+from handlers.steps import drain_request
 from schemas import Notification
-from schemas.hooks import DRAIN_HANDLER, REQUEST_STEP, SELECT_STEP
 from schemas.openapi import OPENAPI_PATH
 from subscriber.config import ClusterSettings, HookSettings
 from subscriber.errors import PermanentStepError
-from subscriber.kernel import JobContext, Plan, RoutingTable, Step, StepsFor
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.service import Service
 from tests import REPO
 from tests.conftest import callback_url, free_port, make_settings, wait_settled
@@ -44,7 +44,7 @@ HOOK = REPO / "scripts/vnf_package/kubernetes_cluster/Scripts/lccn_hook.py"
 class RecordingDrain:
     """The drain handler's plan with its cluster steps replaced by a recorder."""
 
-    name = DRAIN_HANDLER
+    name = "recording-drain"  # found by its route, not by this name
 
     def __init__(self) -> None:
         self.drained: list[list[str]] = []
@@ -54,18 +54,16 @@ class RecordingDrain:
     def plan(self, notification: Notification) -> Plan:
         job = ClusterJob(ClusterSettings(), notification)
 
-        async def select(ctx: JobContext) -> dict[str, Any]:
+        async def select(ctx: JobContext) -> Leaving:
             await asyncio.sleep(self.delay)
             if self.fail:
-                raise PermanentStepError("kubectl drain timed out on worker12", step=SELECT_STEP)
-            servers = list(ctx.results[REQUEST_STEP]["servers"])
+                raise PermanentStepError("kubectl drain timed out on worker12", step=Leaving.step)
+            servers = list(ctx.result(DrainServers).servers)
             self.drained.append(servers)
-            return {"nodes": [f"node-{s}" for s in servers]}
+            return Leaving(nodes=tuple(f"node-{s}" for s in servers))
 
-        def expand(request: dict[str, Any]) -> list[Step]:
-            return [Step(SELECT_STEP, select)] if request.get("servers") else []
-
-        return Plan((drain_request(job), StepsFor("select", REQUEST_STEP, expand)))
+        selecting = Step(Leaving.step, select, needs=(DrainServers,), makes=Leaving)
+        return Plan((drain_request(job), selecting))
 
 
 def registry(handler: RecordingDrain) -> RoutingTable:

@@ -34,7 +34,9 @@ from tests.cluster_fakes import (
     Reply,
     assert_only_new_nodes,
     cluster_vnf,
+    confirmed,
     k8s_params,
+    run_step,
 )
 from tests.unit.test_cluster_handlers import ctx_for
 
@@ -199,7 +201,7 @@ async def test_proxy_step_touches_every_node_on_instantiate_only_new_ones_later(
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
     ctx.results["discover"] = topo.as_json()
     step = configure_proxy(ClusterJob(ClusterSettings(), ctx.notification))
-    result = await step.run(ctx)
+    result = await run_step(step, ctx)
     assert sorted(result["nodes"]) == sorted(n.name for n in topo.nodes)
     assert_no_secret(result)
 
@@ -212,7 +214,7 @@ async def test_proxy_step_skips_without_a_proxy() -> None:
     ctx = ctx_for(inst, occ, services_with(tacker, openstack, node_ssh()))
     job = ClusterJob(ClusterSettings(), ctx.notification)
     with pytest.raises(SkipStep, match="no proxy"):
-        await configure_proxy(job).run(ctx)
+        await run_step(configure_proxy(job), ctx)
 
 
 def test_proxy_and_helm_steps_in_the_plans() -> None:
@@ -244,18 +246,6 @@ def package(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def test_helm_script_is_read_from_the_package_zip() -> None:
-    pkg = package({"TOSCA-Metadata/TOSCA.meta": b"x", HELM_PATH: HELM_SCRIPT})
-    assert helm.read_package_file(pkg, HELM_PATH) == HELM_SCRIPT
-    assert helm.read_package_file(pkg, "./" + HELM_PATH) == HELM_SCRIPT
-    with pytest.raises(PermanentStepError, match="is not in the VNF package"):
-        helm.read_package_file(pkg, "Scripts/missing.sh")
-    with pytest.raises(PermanentStepError, match="not a path inside"):
-        helm.read_package_file(pkg, "../etc/passwd")
-    with pytest.raises(PermanentStepError, match="not a zip"):
-        helm.read_package_file(b"not a zip", HELM_PATH)
-
-
 async def helm_ctx(ssh: FakeSsh, *, masters: int = 1) -> tuple[JobContext, Step, FakeTacker]:
     data = proxy_params(ha=masters > 1, helm_installation_script_path=HELM_PATH)
     ips = [f"10.9.0.{2 + i}" for i in range(masters)]
@@ -265,6 +255,7 @@ async def helm_ctx(ssh: FakeSsh, *, masters: int = 1) -> tuple[JobContext, Step,
     tacker.instances[inst]["vnfdId"] = "vnfd-1"
     tacker.packages["vnfd-1"] = package({HELM_PATH: HELM_SCRIPT})
     ctx = ctx_for(inst, occ, services_with(tacker, openstack, ssh))
+    await confirmed(ctx)
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
     ctx.results["discover"] = topo.as_json()
     job = ClusterJob(ClusterSettings(script_env={"HELM_VERSION": "v3.14.4"}), ctx.notification)
@@ -274,7 +265,7 @@ async def helm_ctx(ssh: FakeSsh, *, masters: int = 1) -> tuple[JobContext, Step,
 async def test_helm_runs_once_per_master_with_proxy_env_and_marker() -> None:
     ssh = node_ssh()
     ctx, step, _ = await helm_ctx(ssh, masters=3)
-    result = await step.run(ctx)
+    result = await run_step(step, ctx)
     assert sorted(result["ran"]) == ["master2", "master3", "master4"]
     assert result["sha256"] == helm.script_digest(HELM_SCRIPT)
     runs = ssh.ran("^bash /tmp/install_helm.sh")
@@ -287,7 +278,7 @@ async def test_helm_runs_once_per_master_with_proxy_env_and_marker() -> None:
 
     # Again: every master's marker names this script.
     with pytest.raises(SkipStep, match="already ran on every master"):
-        await step.run(ctx)
+        await run_step(step, ctx)
     assert len(ssh.ran("^bash /tmp/install_helm")) == 3
 
 
@@ -295,7 +286,7 @@ async def test_helm_failure_fails_the_step_clearly_and_masked() -> None:
     ssh = node_ssh(fail_helm=True)
     ctx, step, _ = await helm_ctx(ssh)
     with pytest.raises(PermanentStepError) as info:
-        await step.run(ctx)
+        await run_step(step, ctx)
     message = str(info.value)
     assert f"the Helm installation script {HELM_PATH} failed on master2 (exit 3)" in message
     assert "helm download failed" in message
@@ -308,10 +299,10 @@ async def test_helm_script_missing_from_the_package_is_permanent() -> None:
     ctx, step, tacker = await helm_ctx(ssh)
     tacker.packages["vnfd-1"] = package({"Scripts/other.sh": b""})
     with pytest.raises(PermanentStepError, match="is not in the VNF package"):
-        await step.run(ctx)
+        await run_step(step, ctx)
     del tacker.packages["vnfd-1"]
     with pytest.raises(TackerRejected, match="no onboarded VNF package"):
-        await step.run(ctx)
+        await run_step(step, ctx)
 
 
 # ----------------------------------------------------------------- Tacker client
@@ -357,9 +348,11 @@ async def test_helm_package_content_from_the_vnfd_id(
     url, seen = package_server
     settings = TackerSettings(endpoint=url, retry_attempts=1, noauth_project_id="p" * 32)
     async with TackerClient(settings) as client:
-        data = await client.vnf_package_content("vnfd-1")
-        assert helm.read_package_file(data, HELM_PATH) == HELM_SCRIPT
+        spool = io.BytesIO()
+        await client.vnf_package("vnfd-1", spool)
+        with zipfile.ZipFile(spool) as archive:
+            assert archive.read(HELM_PATH) == HELM_SCRIPT
         with pytest.raises(TackerRejected, match="no onboarded VNF package with vnfdId nope"):
-            await client.vnf_package_content("nope")
+            await client.vnf_package("nope", io.BytesIO())
     assert seen[1].headers["Accept"] == "application/zip"
     assert "Version" not in seen[1].headers

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from handlers.registry_steps import configure_registry
 
 from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster
 from handlers.job import ClusterJob
 from handlers.scale import ScaleCluster
+from handlers.steps import configure_registry
 from handlers.toolkit import registry
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology, discover
@@ -33,7 +33,15 @@ from subscriber.errors import (
     TransientStepError,
 )
 from subscriber.kernel import Services, Step
-from tests.cluster_fakes import Call, FakeSsh, assert_only_new_nodes, cluster_vnf, k8s_params
+from tests.cluster_fakes import (
+    Call,
+    FakeSsh,
+    assert_only_new_nodes,
+    cluster_vnf,
+    confirmed,
+    k8s_params,
+    run_step,
+)
 from tests.unit.test_cluster_handlers import ctx_for
 
 PASSWORD = 'R3g"is\\try:pw'  # a quote, a backslash and a colon: curl's config quoting
@@ -257,10 +265,11 @@ async def test_registry_step_every_node_on_instantiate_only_new_ones_later() -> 
     tacker.packages["vnfd-registry"] = package({CA_PATH: CA})
     ssh = registry_ssh()
     ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=ssh))
+    await confirmed(ctx)
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
     ctx.results["discover"] = topo.as_json()
     step = configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
-    result = await step.run(ctx)
+    result = await run_step(step, ctx)
     assert sorted(result["nodes"]) == sorted(n.name for n in topo.nodes)
     assert result["registries"] == [SERVER, "10.9.0.51:5000"]
     for node in topo.nodes:  # the package's CA on every node
@@ -281,18 +290,19 @@ async def test_registry_step_refuses_a_missing_or_bad_certificate_and_skips_with
         tacker.packages["vnfd-registry"] = package(files)
         ssh = registry_ssh()
         ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=ssh))
+        await confirmed(ctx)
         topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
         ctx.results["discover"] = topo.as_json()
         step = configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
         with pytest.raises(PermanentStepError, match="private_registry_connection_info") as info:
-            await step.run(ctx)
+            await run_step(step, ctx)
         assert message in str(info.value)
         assert ssh.calls == []  # nothing written before the package was read
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], [], params=k8s_params())
     ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=registry_ssh()))
     step = configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
     with pytest.raises(SkipStep, match="no private_registry_connection_info"):
-        await step.run(ctx)
+        await run_step(step, ctx)
 
 
 @pytest.mark.parametrize("handler", [InstantiateCluster, ScaleCluster, HealCluster])

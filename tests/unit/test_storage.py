@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from handlers import storage_steps
+from handlers import steps
 from handlers.drain import DrainLeaving
 from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster
@@ -34,6 +34,7 @@ from tests.cluster_fakes import (
     FakeTacker,
     cluster_vnf,
     k8s_params,
+    run_step,
     uid,
 )
 from tests.unit.test_cluster_handlers import ctx_for
@@ -196,7 +197,7 @@ SETTINGS = ClusterSettings(pv_available_timeout=0.5)
 async def run_steps(plan_steps: Sequence[Step], ctx: JobContext) -> dict[str, Any]:
     for step in plan_steps:
         try:
-            ctx.results[step.name] = await step.run(ctx)
+            ctx.results[step.name] = await run_step(step, ctx)
         except SkipStep as skip:
             ctx.results[step.name] = skip.result
     return ctx.results
@@ -235,9 +236,7 @@ async def prepared(**kw: Any) -> tuple[ClusterJob, JobContext, StorageNodes, Fak
     tacker, openstack, inst, occ, server = storage_vnf()
     nodes = StorageNodes(**kw)
     job, ctx = job_and_ctx(tacker, openstack, nodes, inst, occ)
-    from handlers import steps
-
-    await run_steps([steps.load_params(job), steps.discover_nodes(job)], ctx)
+    await run_steps([steps.confirm(job), steps.load_params(job), steps.discover_nodes(job)], ctx)
     return job, ctx, nodes, tacker, server
 
 
@@ -260,15 +259,14 @@ def test_the_plans_place_the_storage_steps() -> None:
     assert {"storage-server", "nfs-client", "register-pvs"} <= set(heal_plan)
     scale_plan = names(ScaleCluster(SETTINGS).plan(body))
     assert "nfs-client" in scale_plan and "register-pvs" not in scale_plan
-    drain = DrainLeaving(SETTINGS).plan(body).items[1]
-    expanded = [s.name for s in drain.expand({"servers": ["x"]})]  # type: ignore[union-attr]
-    assert expanded.index("release-pvs") < expanded.index("drain-leaving")
+    drain = names(DrainLeaving(SETTINGS).plan(body))
+    assert drain.index("select-leaving") < drain.index("release-pvs") < drain.index("drain-leaving")
 
 
 async def test_storage_server_formats_once_mounts_and_exports_with_its_own_login() -> None:
     job, ctx, nodes, _, _ = await prepared()
-    step = storage_steps.storage_server(job)
-    first = await step.run(ctx)
+    step = steps.storage_server(job)
+    first = await run_step(step, ctx)
     assert first["volumes"] == {"/volume": {"device": "/dev/vdb", "done": "formatted+mounted"}}
     assert first["exportsChanged"] is True
     assert first["server"]["nicIp"] == STORAGE_IP
@@ -288,7 +286,7 @@ async def test_storage_server_formats_once_mounts_and_exports_with_its_own_login
     ]
     assert all(STORAGE_PW not in c.command for c in nodes.ssh.calls)
     # A rerun changes nothing: mounted already, the same exports.
-    again = await step.run(ctx)
+    again = await run_step(step, ctx)
     assert again["volumes"]["/volume"]["done"] == "mounted-already"
     assert again["exportsChanged"] is False
     assert STORAGE_PW not in json.dumps([first, again])
@@ -301,28 +299,28 @@ async def test_an_unattached_volume_fails_the_step_clearly() -> None:
     for key in list(openstack.volumes):
         openstack.volumes[key] = ()
     with pytest.raises(PermanentStepError, match=r"storage_server_volume .* not attached"):
-        await storage_steps.storage_server(job).run(ctx)
+        await run_step(steps.storage_server(job), ctx)
     assert not any("blkid" in c.command for c in nodes.ssh.calls)
 
 
 async def test_nfs_client_on_every_node_then_only_on_new_ones() -> None:
     job, ctx, _, _, _ = await prepared()
-    done = await storage_steps.nfs_client(job).run(ctx)
+    done = await run_step(steps.nfs_client(job), ctx)
     assert done == {"nodes": {"master11": "installed", "worker21": "installed"}}
     ctx.results["discover"]["changes"] = {"added": ["worker21"], "replaced": [], "departed": []}
-    again = await storage_steps.nfs_client(job).run(ctx)
+    again = await run_step(steps.nfs_client(job), ctx)
     assert again == {"nodes": {"worker21": "present"}}
 
 
 async def test_register_pvs_sets_the_server_waits_for_available_and_is_idempotent() -> None:
     job, ctx, nodes, _, _ = await prepared()
-    done = await storage_steps.register_pvs(job).run(ctx)
+    done = await run_step(steps.register_pvs(job), ctx)
     assert done["pvs"] == {"nfs-pv1": "registered", "nfs-pv2": "registered"}
     assert {pv["server"] for pv in nodes.pvs.values()} == {STORAGE_IP}
     assert nodes.pvs["nfs-pv1"]["doc"]["spec"]["nfs"]["path"] == "/volume/nfs/pv1"
     applies = nodes.ssh.ran("apply -f -$")
     assert len(applies) == 2 and all(c.host == "10.9.0.11" for c in applies)
-    again = await storage_steps.register_pvs(job).run(ctx)
+    again = await run_step(steps.register_pvs(job), ctx)
     assert again["pvs"] == {"nfs-pv1": "already Available", "nfs-pv2": "already Available"}
     assert len(nodes.ssh.ran("apply -f -$")) == 2
 
@@ -330,25 +328,25 @@ async def test_register_pvs_sets_the_server_waits_for_available_and_is_idempoten
 async def test_a_pv_that_never_gets_available_is_removed_and_fails_the_step() -> None:
     job, ctx, nodes, _, _ = await prepared(stuck="Pending")
     with pytest.raises(PermanentStepError, match=r"nfs-pv1 .* is Pending, not Available"):
-        await storage_steps.register_pvs(job).run(ctx)
+        await run_step(steps.register_pvs(job), ctx)
     assert nodes.pvs == {}
 
 
 async def test_release_pvs_refuses_while_bound_and_deletes_when_free() -> None:
     job, ctx, nodes, _, server = await prepared()
-    await storage_steps.register_pvs(job).run(ctx)
-    release = storage_steps.release_pvs(job, "drain-request", "select-leaving")
+    await run_step(steps.register_pvs(job), ctx)
+    release = steps.release_pvs(job)
     ctx.results["drain-request"] = {"servers": ["some-worker-server"]}
     ctx.results["select-leaving"] = {"nodes": [], "unknown": []}
     with pytest.raises(SkipStep, match="not leaving"):
-        await release.run(ctx)
+        await run_step(release, ctx)
     ctx.results["drain-request"] = {"servers": [server]}
     nodes.pvs["nfs-pv2"].update(phase="Bound", claim={"namespace": "default", "name": "data"})
     with pytest.raises(PermanentStepError, match=r"nfs-pv2 \(claimed by default/data\) Bound"):
-        await release.run(ctx)
+        await run_step(release, ctx)
     assert set(nodes.pvs) == {"nfs-pv1", "nfs-pv2"}
     nodes.pvs["nfs-pv2"].update(phase="Released", claim=None)
-    done = await release.run(ctx)
+    done = await run_step(release, ctx)
     assert done["deleted"] == ["nfs-pv1", "nfs-pv2"] and nodes.pvs == {}
 
 
@@ -357,12 +355,12 @@ async def test_without_storage_server_every_storage_step_is_skipped() -> None:
     nodes = StorageNodes()
     job, ctx = job_and_ctx(tacker, openstack, nodes, inst, occ)
     for step in (
-        storage_steps.storage_server(job),
-        storage_steps.nfs_client(job),
-        storage_steps.register_pvs(job),
+        steps.storage_server(job),
+        steps.nfs_client(job),
+        steps.register_pvs(job),
     ):
         with pytest.raises(SkipStep, match="no storage_server"):
-            await step.run(ctx)
+            await run_step(step, ctx)
     assert nodes.ssh.calls == []
 
 
@@ -379,10 +377,6 @@ def test_read_manifest_sets_the_server_and_refuses_what_is_not_an_nfs_pv() -> No
     ]:
         with pytest.raises(PermanentStepError, match=why):
             storage.read_manifest(bad, "Files/bad.yaml", "10.1.2.3", step="s")
-    with pytest.raises(PermanentStepError, match="not in the VNF package"):
-        storage.read_package_file(
-            package({}), "Files/x.yaml", what="pv_manifest_file_path", step=None
-        )
 
 
 def test_v2_takes_storage_server_and_pv_registration_params() -> None:
