@@ -67,8 +67,10 @@ def cluster_access(job: ClusterJob) -> Step:
     )
 
 
-async def _access(job: ClusterJob, ctx: JobContext, step: str) -> KubernetesAccess:
-    known, vim = job.access(ctx), job.vim(ctx)
+async def _access(
+    job: ClusterJob, ctx: JobContext, step: str, vim: VimRegistration | None = None
+) -> KubernetesAccess:
+    known = job.access(ctx)
     shell, topo = await job.shell(ctx), job.topology(ctx)
     token = await kubectl.read_bearer_token(
         shell, topo.main, wait=job.settings.token_wait_timeout, step=step
@@ -139,7 +141,7 @@ def write_back(job: ClusterJob) -> Step:
             raise SkipStep(
                 f"vimConnectionInfo already has {endpoint}", WrittenBack(endpoint=endpoint)
             )
-        access = await _access(job, ctx, "write-back")
+        access = await _access(job, ctx, "write-back", job.vim(ctx))
         occ_id = await tacker.write_back(ctx.vnf_instance_id, access, api=job.api)
         return WrittenBack(endpoint=endpoint, modify_op_occ_id=occ_id)
 
