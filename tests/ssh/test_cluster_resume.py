@@ -136,7 +136,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
                 await asyncio.sleep(0.05)
         serve.kill(signal.SIGKILL)
         before = serve.rows("SELECT name, status FROM steps ORDER BY idx")
-        assert before == [("load-params", "done")]
+        assert before == [("confirm", "done"), ("load-params", "done")]
 
         gate.touch()
         serve.port = free_port()
