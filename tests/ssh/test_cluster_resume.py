@@ -152,6 +152,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
     assert len(workers) == 2
     rows = serve.rows("SELECT name, status, attempts FROM steps ORDER BY idx")
     assert [r[0] for r in rows] == [
+        "confirm",
         "load-params",
         "discover",
         "upload-scripts",
@@ -172,7 +173,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
     ]
     # One job, resumed: load-params ran once, before the kill; nothing failed.
     assert serve.rows("SELECT count(*) FROM jobs") == [(1,)]
-    assert rows[0] == ("load-params", "done", 1)
+    assert rows[:2] == [("confirm", "done", 1), ("load-params", "done", 1)]
     assert all(status in ("done", "skipped") for _, status, _ in rows)
 
 
