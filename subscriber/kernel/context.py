@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from schemas import Notification
 from subscriber.errors import ServiceMissing
@@ -17,12 +17,19 @@ from subscriber.kernel.ports import (
 )
 from subscriber.kernel.results import StepResult
 
-if TYPE_CHECKING:
-    from subscriber.kernel.plan import Step
-
 __all__ = ["JobContext", "Services"]
 
 R = TypeVar("R", bound=StepResult)
+
+
+class _Reader(Protocol):
+    """What a context needs to know of its step (a :class:`~subscriber.kernel.plan.Step`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reads(self) -> frozenset[type[StepResult]]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +106,8 @@ class JobContext:
             (the runner's; steps read them with :meth:`result`).
         services: the clients steps use.
         log: a logger adapter carrying the event/job/instance ids.
-        step: the step this context is given to (:meth:`for_step`).
+        step: the name of the step this context is given to (:meth:`for_step`).
+        reads: the result kinds that step declares (``needs`` and ``wants``).
     """
 
     event_id: int
@@ -110,15 +118,16 @@ class JobContext:
     results: dict[str, Any]
     services: Services
     log: logging.LoggerAdapter[logging.Logger]
-    step: Step | None = None
+    step: str | None = None
+    reads: frozenset[type[StepResult]] = frozenset()
 
     @property
     def vnf_instance_id(self) -> str:
         return self.notification.vnfInstanceId
 
-    def for_step(self, step: Step) -> JobContext:
+    def for_step(self, step: _Reader) -> JobContext:
         """This context as ``step`` sees it (what it may read is what it declares)."""
-        return replace(self, step=step)
+        return replace(self, step=step.name, reads=step.reads)
 
     def result(self, kind: type[R]) -> R:
         """The result of the earlier step that made ``kind``, which this step ``needs``.
@@ -139,8 +148,8 @@ class JobContext:
         Raises:
             RuntimeError: the step declares ``kind`` in neither ``needs`` nor ``wants``.
         """
-        if self.step is None or kind not in self.step.reads:
-            who = self.step.name if self.step is not None else "(no step)"
+        if self.step is None or kind not in self.reads:
+            who = self.step if self.step is not None else "(no step)"
             raise RuntimeError(
                 f"step {who!r} reads {kind.__name__} without declaring it in needs or wants"
             )
