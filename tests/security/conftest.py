@@ -1,0 +1,35 @@
+"""Fixtures of the security suite: a throw-away PostgreSQL database, a Kafka broker.
+
+Each test file here covers one area of issue 29 ("a notification is a claim, Tacker
+is the truth"); a test is named after what it prevents and goes through the real
+part where the path does (PostgreSQL, the broker, sshd test hosts, Tacker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.backends import pg_database
+from tests.testbed import kafka_broker
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """A fresh database on the machine's PostgreSQL, dropped afterwards."""
+    async with pg_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_broker.Broker]:
+    """A Kafka-protocol broker for the session (tests use unique topics and groups)."""
+    try:
+        kafka_broker.tansu_binary()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+    running = kafka_broker.start_broker(log=Path(tmp_path_factory.mktemp("kafka")) / "tansu.log")
+    yield running
+    running.stop()
