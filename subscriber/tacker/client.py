@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -40,6 +41,8 @@ from subscriber.tacker.ports import EchoRecorder
 __all__ = [
     "Response",
     "TackerClient",
+    "filter_value",
+    "segment",
     "vim_connection_entry",
 ]
 
@@ -59,6 +62,35 @@ class Response:
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
+
+
+def segment(value: object) -> str:
+    """``value`` as one URL path segment: every reserved character escaped (``/``, ``?``,
+    ``#``, ``%``), and ``.``/``..``/empty refused, since no escape keeps a dot segment
+    from being normalised away (``vnf_instances/..`` is ``vnflcm/v2/``).
+
+    Raises:
+        TackerRejected: the value is empty, ``.`` or ``..`` (nothing was sent).
+    """
+    text = str(value)
+    if text in ("", ".", ".."):
+        raise TackerRejected(f"{text!r} cannot name a Tacker resource in a URL path")
+    return quote(text, safe="")
+
+
+def filter_value(value: object) -> str:
+    """``value`` as a value of a SOL013 attribute filter (``(eq,vnfdId,<value>)``).
+
+    Raises:
+        TackerRejected: it holds a character of the filter's own syntax, which would add
+            or end a clause.
+    """
+    text = str(value)
+    if not text or any(c in text for c in ",;()'\"") or not text.isprintable():
+        raise TackerRejected(
+            "a value with , ; ( ) ' \" or a control character cannot be filtered on"
+        )
+    return text
 
 
 def _entry_id(vnf_instance_id: str, key: str) -> str:
@@ -231,7 +263,7 @@ class TackerClient(Component):
         """``GET vnf_instances/{id}`` (Tacker strips the secrets)."""
         api = api or self.settings.api_version
         data: dict[str, Any] = await self._get_json(
-            f"{self._lcm(api)}/vnf_instances/{vnf_instance_id}", api=api
+            f"{self._lcm(api)}/vnf_instances/{segment(vnf_instance_id)}", api=api
         )
         return data
 
@@ -239,7 +271,7 @@ class TackerClient(Component):
         """``GET vnf_lcm_op_occs/{id}``."""
         api = api or self.settings.api_version
         data: dict[str, Any] = await self._get_json(
-            f"{self._lcm(api)}/vnf_lcm_op_occs/{op_occ_id}", api=api
+            f"{self._lcm(api)}/vnf_lcm_op_occs/{segment(op_occ_id)}", api=api
         )
         return data
 
@@ -271,7 +303,7 @@ class TackerClient(Component):
         api = api or self.settings.api_version
         resp = await self.request(
             "PATCH",
-            f"{self._lcm(api)}/vnf_instances/{vnf_instance_id}",
+            f"{self._lcm(api)}/vnf_instances/{segment(vnf_instance_id)}",
             body=body,
             api=api,
             expected=(202,),
@@ -282,7 +314,8 @@ class TackerClient(Component):
             return location.rstrip("/").rsplit("/", 1)[1]
         # v1 may answer without Location: the newest MODIFY_INFO of the instance is ours.
         occs = await self.list_op_occs(
-            f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,MODIFY_INFO)", api=api
+            f"(eq,vnfInstanceId,{filter_value(vnf_instance_id)});(eq,operation,MODIFY_INFO)",
+            api=api,
         )
         if not occs:
             raise TackerUnavailable(f"PATCH of {vnf_instance_id}: 202 but no MODIFY_INFO op-occ")
@@ -403,7 +436,9 @@ class TackerClient(Component):
             if vim.get("name") == name:
                 if vim.get("auth_url") == access.endpoint:
                     return str(vim["id"])
-                await self.request("DELETE", f"/v1.0/vims/{vim['id']}", api=None, expected=(204,))
+                await self.request(
+                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204,)
+                )
         body = {
             "vim": {
                 "type": "kubernetes",
@@ -433,7 +468,7 @@ class TackerClient(Component):
         for vim in await self.list_vims():
             if vim.get("name") == name:
                 await self.request(
-                    "DELETE", f"/v1.0/vims/{vim['id']}", api=None, expected=(204, 404)
+                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204, 404)
                 )
                 found = True
         return found
@@ -456,7 +491,7 @@ class TackerClient(Component):
         found = await self._get_json(
             "/vnfpkgm/v1/vnf_packages",
             api=None,
-            params={"filter": f"(eq,vnfdId,{vnfd_id})"},
+            params={"filter": f"(eq,vnfdId,{filter_value(vnfd_id)})"},
         )
         packages = [
             p
@@ -469,7 +504,7 @@ class TackerClient(Component):
             raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
         resp = await self.request(
             "GET",
-            f"/vnfpkgm/v1/vnf_packages/{packages[0]['id']}/package_content",
+            f"/vnfpkgm/v1/vnf_packages/{segment(packages[0]['id'])}/package_content",
             api=None,
             accept="application/zip",
         )
@@ -494,7 +529,10 @@ class TackerClient(Component):
         """DELETE one subscription; False if Tacker did not know it."""
         api = api or self.settings.api_version
         resp = await self.request(
-            "DELETE", f"{self._lcm(api)}/subscriptions/{sub_id}", api=api, expected=(204, 404)
+            "DELETE",
+            f"{self._lcm(api)}/subscriptions/{segment(sub_id)}",
+            api=api,
+            expected=(204, 404),
         )
         return resp.status == 204
 
