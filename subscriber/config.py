@@ -198,13 +198,35 @@ class SshSettings(_Section):
     Host keys are pinned: ``strict`` accepts only keys listed in
     ``known_hosts``; ``accept-new`` records the key of a host seen for the
     first time there (trust on first use) and still rejects a changed key.
-    ``client_keys`` are tried for every host, before any password a VNF's
-    parameters carry.
+    A job logs in with what its parameters give (a password, or an
+    ``ssh_private_key_path`` under ``key_dir``); ``client_keys`` are offered only
+    to a target whose parameters give neither. A pooled connection is shared only
+    by jobs presenting the same credentials and pinned host keys, and is closed
+    after ``idle_timeout`` seconds unused.
     """
 
     known_hosts: Path | None = None  # default: <data dir>/known_hosts
     host_key_policy: Literal["strict", "accept-new"] = "strict"
-    client_keys: Annotated[tuple[Path, ...], NoDecode] = ()  # env: a,b or a JSON list
+    client_keys: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="The operator's private keys (env: a,b or a JSON list), offered only "
+        "where the parameters name no key and no password of their own.",
+    )
+    key_dir: Path | None = Field(
+        default=None,
+        description="The directory a VNF's ssh_private_key_path must lie in (resolved, "
+        "symlinks too). Unset: no parameter may name a key file.",
+    )
+    max_key_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="The largest private key file read for ssh_private_key_path.",
+    )
+    idle_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a pooled connection may stay unused before it is closed.",
+    )
     port: int = Field(default=22, gt=0, le=65535)
     connect_timeout: float = Field(default=15.0, gt=0)
     # Every command gets one (Tacker's executor has none); steps pass their own.

@@ -34,6 +34,8 @@ boundary each, chaining the original with ``from exc``.
     │       ├── DiscoveryError          the VNF is not the cluster its parameters describe
     │       ├── HostKeyRejected         unknown host key under ``strict``, or a changed key
     │       ├── AuthenticationFailed    every offered SSH key / the password was refused
+    │       ├── SshKeyRefused           an ssh_private_key_path outside ssh.key_dir, not a
+    │       │                           regular file, too large, or not a private key
     │       ├── SftpFailed              an upload was refused (no such dir, permission)
     │       ├── CommandFailed           a remote command exited non-zero (CommandResult.check)
     │       ├── OpenStackError          (root of OpenStack's, with OpenStackUnavailable)
@@ -93,6 +95,7 @@ __all__ = [
     "SshConnectError",
     "SshConnectionLost",
     "SshError",
+    "SshKeyRefused",
     "StepError",
     "StepInterrupted",
     "StepOutcome",
@@ -350,6 +353,12 @@ class HostKeyRejected(PermanentStepError, SshError):
 
 class AuthenticationFailed(PermanentStepError, SshError):
     error_class = "ssh-auth"
+
+
+class SshKeyRefused(PermanentStepError, SshError):
+    """A key file a VNF's parameters name is not one we may read (nothing was sent)."""
+
+    error_class = "ssh-key-refused"
 
 
 class SftpFailed(PermanentStepError, SshError):

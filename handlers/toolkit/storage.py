@@ -48,6 +48,7 @@ import yaml
 
 from handlers.toolkit.shell import NodeShell
 from schemas.cluster_params import (
+    PARAM_KEY,
     NfsServerSetup,
     StorageServerParams,
 )
@@ -261,7 +262,12 @@ async def volume_device(
 
 
 def _target(storage: StorageServerParams, server: StorageServer) -> SshTarget:
-    return SshTarget(host=server.ssh_ip, username=storage.username, password=storage.password)
+    return SshTarget(
+        host=server.ssh_ip,
+        username=storage.username,
+        password=storage.password,
+        origin=f"{PARAM_KEY}.storage_server",
+    )
 
 
 async def storage_run(

@@ -7,13 +7,16 @@ part where the path does (PostgreSQL, the broker, sshd test hosts, Tacker).
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.backends import pg_database
-from tests.testbed import kafka_broker
+from tests.testbed import kafka_broker, testhosts
 
 
 @pytest.fixture
@@ -33,3 +36,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_broker.Br
     running = kafka_broker.start_broker(log=Path(tmp_path_factory.mktemp("kafka")) / "tansu.log")
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="session")
+def ssh_bed() -> Iterator[Any]:
+    """Two real sshd hosts in network namespaces (``testhosts.TestBed``), with a password
+    user; the bed's client key is authorised for root and that user."""
+    if os.geteuid() != 0:
+        pytest.fail("the sshd test hosts need root (network namespaces)")
+    if not Path(testhosts.SSHD).exists() or shutil.which("unshare") is None:
+        pytest.fail("sshd missing: run scripts/setup.d/10-sshd.sh (scripts/test.sh does)")
+    bed = testhosts.create(2, password=True)
+    try:
+        yield bed
+    finally:
+        testhosts.destroy(bed)
