@@ -282,6 +282,11 @@ class ClusterSettings(_Section):
     helm_timeout: float = Field(default=300.0, gt=0)
     # A registered PersistentVolume must be Available within this (Tacker: 5 x 30 s).
     pv_available_timeout: float = Field(default=150.0, gt=0)
+    nfs_allow_no_root_squash: bool = Field(
+        default=False,
+        description="Whether a VNF's nfs_server_setup_params.export_to may ask for "
+        "no_root_squash (clients' root acts as root on the export).",
+    )
 
     @field_validator("script_env")
     @classmethod

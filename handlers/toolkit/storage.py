@@ -11,7 +11,9 @@
   mounted on ``mount_to`` unless it already is; a directory with another device
   mounted on it fails the step.
 * **The exports** are Tacker's lines, ``<export_dir> <export_to>(rw,sync,
-  no_subtree_check,insecure,all_squash)``, in a file of their own,
+  no_subtree_check,insecure,all_squash)`` (or the options ``export_to`` gives, from
+  an allowed set; ``no_root_squash`` only with ``cluster.nfs_allow_no_root_squash``),
+  in a file of their own,
   ``/etc/exports.d/lccn-subscriber.exports`` (replaced only when it differs), and
   ``exportfs -ra`` applies them. The export directories are created (owned by
   the squashed user, 65534, so that clients can write); ``nfs-kernel-server`` is
@@ -319,10 +321,29 @@ async def set_up_volume(
     return result.stdout.strip().splitlines()[-1]
 
 
-def exports_text(setups: Sequence[NfsServerSetup]) -> str:
-    """The exports file: Tacker's line per ``nfs_server_setup_params`` entry."""
+def exports_text(setups: Sequence[NfsServerSetup], *, allow_no_root_squash: bool = False) -> str:
+    """The exports file: Tacker's line per ``nfs_server_setup_params`` entry (its own
+    options when ``export_to`` gives them, else Tacker's).
+
+    Each part was checked by the schema (a path, a client, known options); each line is
+    checked again here, so that no value can end a line or add an export.
+
+    Raises:
+        PermanentStepError: ``no_root_squash`` is asked for and the operator does not
+            allow it (``cluster.nfs_allow_no_root_squash``).
+    """
     lines = ["# lccn-subscriber: storage_server.nfs_server_setup_params"]
-    lines += [f"{s.export_dir} {s.export_to}({EXPORT_OPTIONS})" for s in setups]
+    for index, setup in enumerate(setups):
+        where = f"{PARAM_KEY}.storage_server.nfs_server_setup_params.{index}.export_to"
+        options = setup.options or tuple(EXPORT_OPTIONS.split(","))
+        if "no_root_squash" in options and not allow_no_root_squash:
+            raise PermanentStepError(
+                f"{where}: no_root_squash is not allowed (cluster.nfs_allow_no_root_squash)"
+            )
+        line = f"{setup.export_dir} {setup.client}({','.join(options)})"
+        if not line.isprintable() or len(line.split()) != 2 or line.count("(") != 1:
+            raise PermanentStepError(f"{where}: does not make one exports line")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -345,7 +366,10 @@ async def apply_exports(
         storage,
         server,
         command,
-        input=exports_text(storage.nfs_server_setup_params),
+        input=exports_text(
+            storage.nfs_server_setup_params,
+            allow_no_root_squash=shell.settings.nfs_allow_no_root_squash,
+        ),
         timeout=shell.settings.install_timeout,
     )
     out = result.check(step=step).stdout.split()
