@@ -74,6 +74,8 @@ DEFAULT_SERVICE_CIDR = "10.96.0.0/12"
 def _cidr(value: str) -> str:
     # kubeadm accepts host bits (the v1 guide's own example is 192.168.3.0/16).
     try:
+        if "%" in value:  # an IPv6 scope may hold any character
+            raise ValueError
         ipaddress.ip_network(value, strict=False)
     except ValueError:
         raise ValueError("not a CIDR (like 10.0.0.0/8)") from None
@@ -246,6 +248,8 @@ def _registry_server(value: str) -> str:
 
 
 def _is_ip(text: str, *, version: int | None = None) -> bool:
+    if "%" in text:  # an IPv6 scope may hold any character, even a line break
+        return False
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
@@ -325,7 +329,7 @@ def _export_client(client: str) -> bool:
         return True
     if "/" in client:
         try:
-            ipaddress.ip_network(client, strict=False)
+            _cidr(client)
         except ValueError:
             return False
         return True

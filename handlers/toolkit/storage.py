@@ -39,6 +39,7 @@ import asyncio
 import io
 import json
 import posixpath
+import re
 import shlex
 import time
 import zipfile
@@ -49,6 +50,7 @@ from typing import Any
 import yaml
 
 from handlers.toolkit.shell import NodeShell
+from handlers.toolkit.topology import ip_address_of
 from schemas.cluster_params import (
     PARAM_KEY,
     NfsServerSetup,
@@ -79,6 +81,7 @@ __all__ = [
 EXPORTS_FILE = "/etc/exports.d/lccn-subscriber.exports"
 EXPORT_OPTIONS = "rw,sync,no_subtree_check,insecure,all_squash"  # Tacker's
 NFS_CLIENT = "nfs-common"
+_DEVICE = re.compile(r"/dev/[A-Za-z0-9_.:/-]+")  # what Heat reports as an attachment's device
 _SQUASHED = "65534"  # nobody/nogroup: the user all_squash maps clients to
 
 # $1 device, $2 mount point. Prints one of: "mounted-already", "mounted <fstype>",
@@ -196,7 +199,7 @@ class PersistentVolume:
 def _fixed(addresses: Any, what: str) -> str:
     if not addresses.fixed_ips:
         raise DiscoveryError(f"{what} has no fixed IP in Heat")
-    return str(addresses.fixed_ips[0])
+    return ip_address_of(addresses.fixed_ips[0], what)
 
 
 async def find_server(
@@ -230,7 +233,11 @@ async def find_server(
         vnfc_id=vnfc_id,
         server_id=(vnfc.get("computeResource") or {}).get("resourceId"),
         stack_id=str(stack_id),
-        ssh_ip=ssh.floating_ip or _fixed(ssh, f"{storage.ssh_cp_name} of the storage server"),
+        ssh_ip=ip_address_of(
+            ssh.floating_ip, f"{storage.ssh_cp_name} of the storage server (floating IP)"
+        )
+        if ssh.floating_ip
+        else _fixed(ssh, f"{storage.ssh_cp_name} of the storage server"),
         nic_ip=_fixed(nic, f"{nic_cp} of the storage server"),
     )
 
@@ -256,6 +263,11 @@ async def volume_device(
         raise PermanentStepError(
             f"the Cinder volume {volume_resource_id} of the storage server is not attached "
             "(no attachments in Heat)"
+        )
+    if not _DEVICE.fullmatch(devices[0]) or "/../" in devices[0] + "/":
+        raise DiscoveryError(
+            f"the Cinder volume {volume_resource_id} of the storage server: the device Heat "
+            "reports is not a /dev path"
         )
     return devices[0]
 
