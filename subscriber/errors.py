@@ -44,6 +44,7 @@ boundary each, chaining the original with ``from exc``.
     │       │   └── OpenStackRequestFailed  another 4xx
     │       └── TackerRejected          4xx other than 409 (ProblemDetails ``detail``)
     │           ├── TackerAuthError     Keystone refused the credentials, or 401/403
+    │           ├── VimNotOurs          vim_name names a VIM we did not register: left alone
     │           └── TackerOpFailed      our MODIFY_INFO op-occ ended FAILED_TEMP/FAILED
     ├── StepInterrupted                 a non-idempotent step was cut off mid-run;
     │                                   its effect is unknown, so it is not re-run
@@ -107,6 +108,7 @@ __all__ = [
     "TackerRejected",
     "TackerUnavailable",
     "TransientStepError",
+    "VimNotOurs",
 ]
 
 
@@ -425,6 +427,12 @@ class TackerRejected(PermanentStepError):
 
 class TackerAuthError(TackerRejected):
     error_class = "tacker-auth"
+
+
+class VimNotOurs(TackerRejected):
+    """A VIM of the name we would register or delete is not one we registered."""
+
+    error_class = "tacker-vim-not-ours"
 
 
 class TackerOpFailed(TackerRejected):

@@ -80,12 +80,19 @@ class TackerApi(Protocol):
         """Remove our entry (v1 only: v2 resets vimConnectionInfo itself at TERMINATE)."""
         ...
 
-    async def register_vim(self, name: str, access: KubernetesAccess) -> str | None:
-        """``POST /v1.0/vims`` (type kubernetes); the VIM id, or None when registration is off."""
+    async def register_vim(
+        self, name: str, access: KubernetesAccess, *, owner: str | None = None
+    ) -> str | None:
+        """``POST /v1.0/vims`` (type kubernetes); the VIM id, or None when registration is off.
+
+        ``owner`` is the VNF instance: a same-named VIM is replaced only when we
+        registered it (for that instance); otherwise a permanent error.
+        """
         ...
 
-    async def delete_vim(self, name: str) -> bool:
-        """Delete the VIM registered under ``name``; False if there was none."""
+    async def delete_vim(self, name: str, *, owner: str | None = None) -> bool:
+        """Delete the VIM we registered under ``name`` (for ``owner``); False if there was
+        none; a permanent error if that VIM is not ours."""
         ...
 
     async def vnf_package_content(self, vnfd_id: str) -> bytes:

@@ -31,7 +31,7 @@ from urllib.parse import quote
 import aiohttp
 
 from subscriber.config import TackerSettings
-from subscriber.errors import TackerOpFailed, TackerRejected, TackerUnavailable
+from subscriber.errors import TackerOpFailed, TackerRejected, TackerUnavailable, VimNotOurs
 from subscriber.kernel.ports import ApiVersion, KubernetesAccess
 from subscriber.lifecycle import Component
 from subscriber.tacker.auth import TackerAuth, build_auth
@@ -42,8 +42,10 @@ __all__ = [
     "Response",
     "TackerClient",
     "filter_value",
+    "is_our_vim",
     "segment",
     "vim_connection_entry",
+    "vim_description",
 ]
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,28 @@ def filter_value(value: object) -> str:
             "a value with , ; ( ) ' \" or a control character cannot be filtered on"
         )
     return text
+
+
+VIM_MARKER = "registered by lccn-subscriber"
+
+
+def vim_description(owner: str | None) -> str:
+    """The description that marks a VIM ours (Tacker keeps and returns it as given)."""
+    return f"{VIM_MARKER} for VNF instance {owner}" if owner else VIM_MARKER
+
+
+def is_our_vim(vim: Mapping[str, Any], owner: str | None) -> bool:
+    """Whether we registered ``vim`` (for ``owner``, when given).
+
+    Without an owner, any of our marks will do. A VIM with the mark of older versions
+    (no instance in it) is the owner's only under Tacker's default name for it.
+    """
+    description = str(vim.get("description") or "")
+    if owner is None:
+        return description == VIM_MARKER or description.startswith(VIM_MARKER + " for ")
+    return description == vim_description(owner) or (
+        description == VIM_MARKER and vim.get("name") == f"kubernetes_vim_{owner}"
+    )
 
 
 def _entry_id(vnf_instance_id: str, key: str) -> str:
@@ -424,16 +448,37 @@ class TackerClient(Component):
         data = await self._get_json("/v1.0/vims", api=None)
         return list((data or {}).get("vims", []))
 
-    async def register_vim(self, name: str, access: KubernetesAccess) -> str | None:
+    def _refuse_foreign(self, vim: Mapping[str, Any], name: str, owner: str | None) -> None:
+        if not is_our_vim(vim, owner):
+            whose = f" for VNF instance {owner}" if owner else ""
+            raise VimNotOurs(
+                f"vim_name {name!r}: Tacker's VIM {vim.get('id')} of that name was not "
+                f"registered by lccn-subscriber{whose}; it is left alone (choose another "
+                "vim_name, or delete that VIM yourself)"
+            )
+
+    async def register_vim(
+        self, name: str, access: KubernetesAccess, *, owner: str | None = None
+    ) -> str | None:
         """``POST /v1.0/vims`` (type kubernetes), as the v1 driver's ``_create_vim`` did.
 
-        An existing VIM of that name is reused when its ``auth_url`` matches,
-        else replaced. Returns the VIM id, or None when ``register_vim`` is off.
+        The VIM's description marks it ours (:func:`vim_description`). An existing VIM
+        of that name is reused when it is ours and its ``auth_url`` matches, replaced
+        when it is ours, and never touched when it is not. Returns the VIM id, or None
+        when ``register_vim`` is off.
+
+        Arguments:
+            owner: the VNF instance the VIM is for: a VIM registered for another
+                instance is not ours to replace either.
+
+        Raises:
+            VimNotOurs: a VIM of that name exists that we did not register (for ``owner``).
         """
         if not self.settings.register_vim:
             return None
         for vim in await self.list_vims():
             if vim.get("name") == name:
+                self._refuse_foreign(vim, name, owner)
                 if vim.get("auth_url") == access.endpoint:
                     return str(vim["id"])
                 await self.request(
@@ -443,7 +488,7 @@ class TackerClient(Component):
             "vim": {
                 "type": "kubernetes",
                 "name": name,
-                "description": "registered by lccn-subscriber",
+                "description": vim_description(owner),
                 "is_default": False,
                 "auth_url": access.endpoint,
                 "auth_cred": {
@@ -460,12 +505,20 @@ class TackerClient(Component):
         resp = await self.request("POST", "/v1.0/vims", body=body, api=None, expected=(201,))
         return str(resp.json()["vim"]["id"])
 
-    async def delete_vim(self, name: str) -> bool:
-        """Delete the VIM registered under ``name``; False if there was none (or it is off)."""
+    async def delete_vim(self, name: str, *, owner: str | None = None) -> bool:
+        """Delete the VIM we registered under ``name``; False if there was none (or it is off).
+
+        Raises:
+            VimNotOurs: a VIM of that name exists that we did not register (for ``owner``);
+                nothing was deleted.
+        """
         if not self.settings.register_vim:
             return False
         found = False
-        for vim in await self.list_vims():
+        vims = [vim for vim in await self.list_vims() if vim.get("name") == name]
+        for vim in vims:
+            self._refuse_foreign(vim, name, owner)
+        for vim in vims:
             if vim.get("name") == name:
                 await self.request(
                     "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204, 404)
