@@ -421,16 +421,50 @@ def read_package_file(package: bytes, path: str, *, what: str, step: str | None)
         ) from None
 
 
+MAX_YAML_NODES = 10_000  # a PersistentVolume has a few dozen
+
+
+class _Refused(yaml.YAMLError):
+    """A manifest the plain loader does not take (its message says why)."""
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """``SafeLoader`` without anchors and aliases, and with a node budget.
+
+    An alias makes one node count many times once the document is used (``json.dumps``
+    expands every reference: 372 bytes of nested aliases became 814 KB), and a PV
+    manifest has no use for one; the budget bounds what the rest can build.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._nodes = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Refused(
+                f"YAML anchors and aliases are not accepted (line {event.start_mark.line + 1})"
+            )
+        self._nodes += 1
+        if self._nodes > MAX_YAML_NODES:
+            raise _Refused(f"more than {MAX_YAML_NODES} YAML nodes")
+        return super().compose_node(parent, index)
+
+
 def read_manifest(text: bytes, path: str, server_ip: str, *, step: str | None) -> PersistentVolume:
     """The PV of the manifest at ``path`` with ``spec.nfs.server`` set to ``server_ip``.
 
     Raises:
-        PermanentStepError: not YAML, not exactly one PersistentVolume with a name
+        PermanentStepError: not YAML, YAML with anchors or aliases or more than
+            :data:`MAX_YAML_NODES` nodes, not exactly one PersistentVolume with a name
             and an ``nfs`` source.
     """
     what = f"pv_manifest_file_path {path}"
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_PlainLoader) if d is not None]
+    except _Refused as exc:
+        raise PermanentStepError(f"{what}: {exc}", step=step) from None
     except yaml.YAMLError:
         raise PermanentStepError(f"{what} is not YAML", step=step) from None
     if len(docs) != 1 or not isinstance(docs[0], dict):
