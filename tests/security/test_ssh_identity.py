@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from handlers.toolkit.shell import NodeShell
 from schemas.cluster_params import parse_cluster_params
 from subscriber.config import ClusterSettings, SshSettings
-from subscriber.errors import AuthenticationFailed, SshKeyRefused
+from subscriber.errors import AuthenticationFailed, ConfigError, SshKeyRefused
 from subscriber.kernel.ports import ClusterNode, SshTarget
 from subscriber.ssh import SshPool
 from tests.cluster_fakes import k8s_params
@@ -181,3 +181,9 @@ async def test_an_idle_pooled_connection_is_closed(ssh_bed: Any) -> None:
         # A command longer than the idle time keeps its connection.
         await pool.run(target, "sleep 0.6")
         assert pool.idle_closed == 1 and pool.connects == 2
+
+
+async def test_a_key_dir_that_is_not_a_directory_stops_the_start(tmp_path: Path) -> None:
+    settings = SshSettings(host_key_policy="accept-new", key_dir=tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"ssh.key_dir: .*nowhere: not a directory"):
+        await SshPool(settings).start()
