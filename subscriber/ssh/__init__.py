@@ -513,7 +513,7 @@ class SshPool(Component):
 
         Raises:
             SshConnectError, SshConnectionLost, CommandTimeout: transient.
-            HostKeyRejected, AuthenticationFailed: permanent.
+            HostKeyRejected, AuthenticationFailed, SshKeyRefused: permanent.
             RuntimeError: the pool is not open.
         """
         host = target.describe(self._settings.port)
@@ -619,7 +619,7 @@ class SshPool(Component):
             SftpFailed: the remote side refused (no such directory, permission).
             SshConnectError, SshConnectionLost: transient; a timeout is
                 ``SshConnectionLost`` too.
-            HostKeyRejected, AuthenticationFailed: permanent.
+            HostKeyRejected, AuthenticationFailed, SshKeyRefused: permanent.
         """
         if isinstance(source, Path):
             data = await asyncio.to_thread(source.read_bytes)
