@@ -19,7 +19,10 @@ reference/TACKER.md §1.2), plus our own optional SSH fields:
 
 :func:`parse_cluster_params` validates with the API version as context and
 raises :class:`ClusterParamsError`, whose message names each bad field by its
-path and says what is wrong, never echoing a value (passwords live here).
+path and says what is wrong, never echoing a value (passwords live here). A value
+that reaches a file, a command line or a URL is checked for what it is (a name, a
+login, an absolute path, an NFS client and its options, host[:port], a CIDR), so
+no line break, quote or syntax of the file it goes into can get through.
 Also :func:`parse_install_output`: the lines ``install_k8s_cluster.sh`` prints
 on the main master, as an :class:`InstallReport`.
 """
