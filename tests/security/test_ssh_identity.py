@@ -169,7 +169,7 @@ async def test_a_parameters_key_path_is_refused_naming_its_parameter(
 
 
 async def test_an_idle_pooled_connection_is_closed(ssh_bed: Any) -> None:
-    settings = _settings(ssh_bed, client_keys=(ssh_bed.client_key,), idle_timeout=0.3)
+    settings = _settings(ssh_bed, client_keys=(ssh_bed.client_key,), idle_timeout=1.0)
     target = SshTarget(host=ssh_bed.hosts[1].address)
     async with SshPool(settings) as pool:
         await pool.run(target, "true")
@@ -179,7 +179,7 @@ async def test_an_idle_pooled_connection_is_closed(ssh_bed: Any) -> None:
             while pool.idle_closed < 1:
                 await asyncio.sleep(0.05)
         # A command longer than the idle time keeps its connection.
-        await pool.run(target, "sleep 0.6")
+        await pool.run(target, "sleep 1.5")
         assert pool.idle_closed == 1 and pool.connects == 2
 
 
