@@ -6,7 +6,7 @@ back into the VNF instance, and a client reaches the cluster through what Tacker
     bash scripts/test.sh        # once, the README's test command: installs the parts
     sudo .venv/bin/python scripts/demo.py [--flavour simple|complex] [--scale] [--heal] [--keep]
 
-What is real and what is simulated (the tests' beds, see README "Testing"):
+What is real and what is simulated (the tests' beds, see docs/contributing.md):
 
 - the VMs are sshd hosts in network namespaces (root needed); with the default
   ``--kubernetes real`` they run the real kubeadm, kube-apiserver, etcd, kubectl

@@ -73,16 +73,22 @@ def default_database_path() -> Path:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Each field's docstring is its description (the settings reference is built from it).
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class HttpSettings(_Section):
     """The callback listener Tacker POSTs notifications to."""
 
     host: str = "127.0.0.1"
+    """Address the callback listener binds to (``0.0.0.0``: every address of the host)."""
     port: int = Field(default=8765, ge=0, le=65535)
+    """TCP port of the callback listener."""
     path: str = "/lccn/notifications"
+    """URL path of the callback: Tacker POSTs notifications here and GETs it to test a
+    subscription."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """Largest notification body accepted, in bytes; a larger one is refused with 413."""
 
     @field_validator("path")
     @classmethod
@@ -96,17 +102,25 @@ class DatabaseSettings(_Section):
     """The event store: an SQLAlchemy async URL (SQLite file or PostgreSQL)."""
 
     url: str = ""
-    # SQLite: FULL fsyncs the WAL on every (group) commit, so an acknowledged
-    # event survives a power cut, not just a process crash.
+    """SQLAlchemy async URL of the store: ``sqlite+aiosqlite:///PATH`` or
+    ``postgresql+asyncpg://USER@HOST/DB``. Empty: the embedded SQLite file,
+    ``$LCCN_HOME/lccn.db`` if ``LCCN_HOME`` is set, else
+    ``${XDG_DATA_HOME:-~/.local/share}/lccn-subscriber/lccn.db``."""
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL"] = "FULL"
+    """SQLite's ``synchronous`` pragma. ``FULL`` fsyncs the WAL on every (group) commit, so an
+    acknowledged event survives a power cut, not just a process crash."""
     group_commit_max: int = Field(default=256, gt=0)
+    """Most write operations (event appends, job checkpoints) the store's one writer runs in one
+    transaction and commit (group commit)."""
     busy_timeout: float = Field(default=10.0, gt=0)
-    # PostgreSQL: a statement waits this long at most for a row lock, and a
-    # session idle inside a transaction this long is ended by the server. A
-    # replica paused mid-transaction (SIGSTOP, a frozen VM) would otherwise
-    # hold its locks, and stall every other replica's writes, until it wakes.
+    """SQLite: seconds a connection waits for the database's write lock before it fails."""
     lock_timeout: float = Field(default=5.0, gt=0)
+    """PostgreSQL: seconds a statement waits at most for a row lock. A replica paused
+    mid-transaction (SIGSTOP, a frozen VM) would otherwise hold its locks, and stall every other
+    replica's writes, until it wakes."""
     idle_in_transaction_timeout: float = Field(default=10.0, gt=0)
+    """PostgreSQL: a session idle inside a transaction this long (seconds) is ended by the server
+    (``idle_in_transaction_session_timeout``), for the same reason as ``lock_timeout``."""
 
     def resolved_url(self) -> str:
         """The configured URL, or the embedded SQLite default."""
@@ -118,23 +132,35 @@ class DatabaseSettings(_Section):
 class DispatchSettings(_Section):
     """Lanes, ordering, leases and retries."""
 
-    # False: this process only ingests (stores and acknowledges); other
-    # replicas sharing the database run the jobs.
     enabled: bool = True
+    """Run jobs in this process. ``false``: this process only ingests (stores and acknowledges);
+    other replicas sharing the database run the jobs."""
     max_parallel_lanes: int = Field(default=16, gt=0)
+    """VNF instances (lanes) whose jobs run at once."""
     reorder_window: float = Field(default=0.3, ge=0)
+    """Seconds a later transition of an op-occ waits for earlier ones that may still arrive out of
+    order."""
     lease_ttl: float = Field(default=30.0, gt=0)
-    # Safety net for work the in-process wake-up cannot see: events written
-    # by another process (a replay CLI, another replica) and expired leases.
+    """Seconds a lane's lease lasts; it is renewed every ``lease_ttl``/3. A replica that cannot
+    renew in time stops the lane."""
     rescan_interval: float = Field(default=2.0, gt=0)
+    """Seconds between rescans of the store: the safety net for work the wake-up cannot see, such
+    as events written by another process (a ``replay`` from the CLI, another replica) and
+    expired leases."""
     graceful_timeout: float = Field(default=20.0, ge=0)
+    """On SIGTERM, seconds the running steps get to finish before they are cancelled."""
     max_attempts: int = Field(default=8, gt=0)
+    """Attempts of a job that fails with transient errors; past them the event is ``failed``."""
     backoff_initial: float = Field(default=1.0, gt=0)
+    """Seconds before the first retry of a transiently failed job; doubled on each further attempt
+    (with jitter)."""
     backoff_max: float = Field(default=300.0, gt=0)
+    """Upper bound, in seconds, of the backoff between retries of a job."""
     worker_id: str = ""
-    # ``serve``'s own worker process adds this to its niceness: when the CPU is
-    # short, ingest (acknowledging Tacker and Kafka) goes first, jobs wait.
+    """This worker's name in the lane leases; empty: derived from the host name and process id."""
     worker_nice: int = Field(default=10, ge=0, le=19)
+    """Niceness added to ``serve``'s own worker process: when the CPU is short, ingest
+    (acknowledging Tacker and Kafka) goes first and jobs wait. ``0`` keeps both at one level."""
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -167,10 +193,15 @@ class RetentionSettings(_Section):
     """
 
     enabled: bool = True
+    """Prune settled events (with their jobs and steps) in the background of ``serve``."""
     max_age: float = Field(default=30 * 86400.0, gt=0)
+    """Settled events whose last change is older than this go (seconds, or ``30d``, ``12h``,
+    ``15m``, ``90s``). Keep it well beyond any redelivery delay: a notification redelivered
+    after its event was pruned is no longer recognised as a duplicate."""
     interval: float = Field(default=3600.0, gt=0)
-    # Rows deleted per transaction: ingest and jobs get the writer in between.
+    """How often the pruner looks (seconds, or a duration such as ``1h``)."""
     batch: int = Field(default=500, gt=0)
+    """Rows deleted per transaction: ingest and jobs get the writer in between."""
 
     @field_validator("max_age", "interval", mode="before")
     @classmethod
@@ -185,6 +216,8 @@ class HandlerSettings(_Section):
     """
 
     modules: Annotated[tuple[str, ...], NoDecode] = ()
+    """Python modules imported at start; each module's ``register(registry)`` adds its routes (see
+    the handlers guide). Environment: a JSON list or comma-separated names."""
 
     @field_validator("modules", mode="before")
     @classmethod
@@ -205,39 +238,39 @@ class SshSettings(_Section):
     after ``idle_timeout`` seconds unused.
     """
 
-    known_hosts: Path | None = None  # default: <data dir>/known_hosts
+    known_hosts: Path | None = None
+    """The known_hosts file host keys are checked against (and, with ``accept-new``, recorded in);
+    unset: ``<data dir>/known_hosts``."""
     host_key_policy: Literal["strict", "accept-new"] = "strict"
-    client_keys: Annotated[tuple[Path, ...], NoDecode] = Field(
-        default=(),
-        description="The operator's private keys (env: a,b or a JSON list), offered only "
-        "where the parameters name no key and no password of their own.",
-    )
-    key_dir: Path | None = Field(
-        default=None,
-        description="The directory a VNF's ssh_private_key_path must lie in (resolved, "
-        "symlinks too). Unset: no parameter may name a key file.",
-    )
-    max_key_bytes: int = Field(
-        default=64 * 1024,
-        ge=1024,
-        description="The largest private key file read for ssh_private_key_path.",
-    )
-    idle_timeout: float = Field(
-        default=60.0,
-        gt=0,
-        description="Seconds a pooled connection may stay unused before it is closed.",
-    )
+    """``strict``: only keys listed in ``known_hosts``; ``accept-new``: trust on first use, still
+    rejecting a changed key."""
+    client_keys: Annotated[tuple[Path, ...], NoDecode] = ()
+    """The operator's private key files, offered only to a host whose parameters give neither a
+    key nor a password of their own. Environment: ``a,b`` or a JSON list."""
+    key_dir: Path | None = None
+    """The directory a VNF's ``ssh_private_key_path`` must lie in once every symlink is
+    resolved; unset: no parameter may name a key file."""
+    max_key_bytes: int = Field(default=64 * 1024, ge=1024)
+    """The largest private key file read for an ``ssh_private_key_path``."""
+    idle_timeout: float = Field(default=60.0, gt=0)
+    """Seconds a pooled connection may stay unused before it is closed."""
     port: int = Field(default=22, gt=0, le=65535)
+    """SSH port of the nodes, unless the parameters give one (``ssh_port``)."""
     connect_timeout: float = Field(default=15.0, gt=0)
-    # Every command gets one (Tacker's executor has none); steps pass their own.
+    """Seconds to connect and authenticate to a node."""
     command_timeout: float = Field(default=600.0, gt=0)
+    """Seconds a remote command may run unless its step passes its own; every command gets one
+    (Tacker's executor has none)."""
     keepalive_interval: float = Field(default=15.0, ge=0)
-    # Output kept per stream and command: the tail, where errors are.
+    """Seconds between SSH keepalives on an idle connection (``0``: none)."""
     max_output_bytes: int = Field(default=64 * 1024, ge=1024)
-    # Commands run as `timeout T <remote_shell> -c CMD` (Tacker's ran in the login shell, bash).
+    """Output kept per stream and command: the tail, where errors are."""
     remote_shell: str = "bash"
-    # OpenSSH's MaxSessions is 10 by default: stay below it per connection.
+    """Commands run as ``timeout T <remote_shell> -c CMD`` (Tacker's ran in the login shell,
+    bash)."""
     max_sessions_per_host: int = Field(default=8, gt=0)
+    """Concurrent sessions per connection; OpenSSH's ``MaxSessions`` is 10 by default, so stay
+    below it."""
 
     @field_validator("client_keys", mode="before")
     @classmethod
@@ -259,34 +292,44 @@ class ClusterSettings(_Section):
     ``kubeadm`` name the tools on the masters (absolute paths where PATH differs).
     """
 
-    # auto: route INSTANTIATE/TERMINATE to the cluster handlers when the clients they
-    # need (tacker, openstack) are configured, else leave them to the log handler.
     handlers: Literal["auto", "on", "off"] = "auto"
-    scripts_dir: Path | None = None  # default: the scripts shipped with lccn-subscriber
+    """``auto``: the cluster routes (INSTANTIATE, SCALE, HEAL, TERMINATE, the drain hook's job)
+    when both ``tacker`` and ``openstack`` are configured, else every operation goes to the
+    ``log`` handler; ``on``: always (start-up fails while either is missing); ``off``: never."""
+    scripts_dir: Path | None = None
+    """Directory holding ``install_k8s_cluster.sh`` and the other node-side scripts; unset: the
+    scripts shipped with lccn-subscriber (``handlers/toolkit/node/``)."""
     script_env: dict[str, str] = {}
+    """Environment exported for ``install_k8s_cluster.sh`` and the Helm script on every node
+    (``K8S_VERSION``, ``K8S_CNI``, ``K8S_SKIP_PHASES`` ...); sent on stdin, never on a command
+    line, and masked by ``config show`` where secret-looking."""
     kubectl: str = "kubectl"
+    """The kubectl command on the masters (an absolute path where PATH differs)."""
     kubeadm: str = "kubeadm"
+    """The kubeadm command on the nodes (an absolute path where PATH differs)."""
     etcdctl: str = "etcdctl"
-    # pod: etcdctl inside the master's etcd static pod (kubectl exec, Tacker's way);
-    # host: etcdctl on the master itself (where pods cannot be exec'ed into).
+    """The etcdctl command, where ``etcdctl_via`` runs it."""
     etcdctl_via: Literal["pod", "host"] = "pod"
-    # Run on a master after its haproxy backends changed ("" = leave haproxy alone).
+    """``pod``: etcdctl inside the master's etcd static pod (``kubectl exec``, Tacker's way);
+    ``host``: etcdctl on the master itself (where pods cannot be exec'ed into)."""
     haproxy_reload: str = "systemctl reload haproxy"
-    install_timeout: float = Field(default=2700.0, gt=0)  # Tacker's K8S_INSTALL_TIMEOUT
+    """Run on a master after its haproxy backends changed (empty: leave haproxy alone)."""
+    install_timeout: float = Field(default=2700.0, gt=0)
+    """Seconds ``install_k8s_cluster.sh`` may run on one node (Tacker's ``K8S_INSTALL_TIMEOUT``)."""
     kubectl_timeout: float = Field(default=60.0, gt=0)
-    # kubectl drain's own --timeout for one leaving node (the drain hook's job).
+    """Seconds one kubectl command on a master may run."""
     drain_timeout: float = Field(default=300.0, gt=0)
-    # Seconds to wait for the service-account token controller to fill the Secret.
+    """kubectl drain's own ``--timeout`` for one leaving node (the drain hook's job)."""
     token_wait_timeout: float = Field(default=60.0, gt=0)
-    # The user's helm_installation_script_path on one master (Tacker's HELM_INSTALL_TIMEOUT).
+    """Seconds to wait for the service-account token controller to fill the admin token's Secret."""
     helm_timeout: float = Field(default=300.0, gt=0)
-    # A registered PersistentVolume must be Available within this (Tacker: 5 x 30 s).
+    """Seconds the user's ``helm_installation_script_path`` may run on one master (Tacker's
+    ``HELM_INSTALL_TIMEOUT``)."""
     pv_available_timeout: float = Field(default=150.0, gt=0)
-    nfs_allow_no_root_squash: bool = Field(
-        default=False,
-        description="Whether a VNF's nfs_server_setup_params.export_to may ask for "
-        "no_root_squash (clients' root acts as root on the export).",
-    )
+    """Seconds a registered PersistentVolume has to become ``Available`` (Tacker: 5 x 30 s)."""
+    nfs_allow_no_root_squash: bool = False
+    """Whether a VNF's ``nfs_server_setup_params.export_to`` may ask for ``no_root_squash``
+    (the clients' root then acts as root on the export)."""
 
     @field_validator("script_env")
     @classmethod
@@ -304,16 +347,26 @@ class OpenStackSettings(_Section):
     """
 
     auth_url: str | None = None
+    """Keystone v3 URL; unset: no OpenStack lookups (and no cluster handlers with
+    ``cluster.handlers: auto``)."""
     username: str = ""
+    """Keystone user name."""
     password: SecretStr = SecretStr("")
+    """Keystone password."""
     project_name: str = ""
+    """Keystone project the VNFs' stacks and servers live in."""
     user_domain_name: str = "Default"
+    """Keystone domain of the user."""
     project_domain_name: str = "Default"
+    """Keystone domain of the project."""
     region_name: str | None = None
+    """Region of the Heat and Nova endpoints; unset: the catalog's only one."""
     interface: Literal["public", "internal", "admin"] = "public"
-    # sdk calls block: they run in this many threads, never on the event loop.
+    """Endpoint interface taken from the catalog."""
     max_workers: int = Field(default=4, gt=0, le=64)
+    """openstacksdk calls block: they run in this many threads, never on the event loop."""
     request_timeout: float = Field(default=30.0, gt=0)
+    """Seconds one OpenStack API request may take."""
 
     @property
     def enabled(self) -> bool:
@@ -330,8 +383,11 @@ class BasicAuthSettings(_Section):
     """HTTP Basic on the callback (Tacker ``authType: BASIC``, ``paramsBasic``)."""
 
     enabled: bool = False
+    """Require HTTP Basic on the callback."""
     username: str = ""
+    """The user name Tacker sends (``paramsBasic.userName``)."""
     password: SecretStr = SecretStr("")
+    """The password Tacker sends (``paramsBasic.password``)."""
 
     @model_validator(mode="after")
     def _complete(self) -> BasicAuthSettings:
@@ -350,12 +406,19 @@ class OAuth2Settings(_Section):
     """
 
     enabled: bool = False
+    """Serve the token endpoint and require a bearer token it issued on the callback."""
     client_id: str = ""
+    """The client id Tacker authenticates with at the token endpoint."""
     client_password: SecretStr = SecretStr("")
+    """The client password; tokens are signed with a key derived from it."""
     token_path: str = "/token"
+    """Path of the token endpoint on the listener (``POST grant_type=client_credentials``, HTTP
+    Basic client auth)."""
     token_ttl: float = Field(default=300.0, gt=0)
-    # The URL Tacker is told to call (subscription); default: this listener + token_path.
+    """Seconds an issued token is valid."""
     token_endpoint: str = ""
+    """The token URL Tacker is told to call (in the subscription); empty: this listener and
+    ``token_path``."""
 
     @model_validator(mode="after")
     def _complete(self) -> OAuth2Settings:
@@ -378,11 +441,18 @@ class MtlsSettings(_Section):
     """
 
     enabled: bool = False
+    """TLS on the listener, client certificates required."""
     ca_file: Path | None = None
+    """CA certificate (PEM) the client certificates must be signed by; required when enabled."""
     cert_file: Path | None = None
+    """The listener's certificate (PEM); required when enabled."""
     key_file: Path | None = None
+    """The listener's private key (PEM); required when enabled."""
     client_id: str = ""
+    """Optional: the client id of Tacker's ``OAUTH2_CLIENT_CERT`` token flow over mTLS."""
     client_cert_sha256: str = ""
+    """Optional: the ``x5t#S256`` pin (SHA-256 thumbprint, base64url) of Tacker's client
+    certificate for that flow; empty: any certificate signed by ``ca_file``."""
 
     @model_validator(mode="after")
     def _complete(self) -> MtlsSettings:
@@ -405,8 +475,12 @@ class HookSettings(_Section):
     """
 
     path: str = "/lccn/hooks/drain"
+    """Path of the drain hook's routes (``POST {path}``, ``GET {path}/{vnfLcmOpOccId}``)."""
     token: SecretStr = SecretStr("")
+    """The bearer token the hook script must present; without it (or ``token_file``) the hook's
+    routes do not exist."""
     token_file: Path | None = None
+    """A file holding the token, read at start-up (instead of ``token``)."""
 
     @field_validator("path")
     @classmethod
@@ -434,9 +508,13 @@ class AuthSettings(_Section):
     """How Tacker must authenticate to the callback (all off by default, for the lab)."""
 
     basic: BasicAuthSettings = BasicAuthSettings()
+    """HTTP Basic."""
     oauth2: OAuth2Settings = OAuth2Settings()
+    """OAuth 2.0 client credentials."""
     mtls: MtlsSettings = MtlsSettings()
+    """Mutual TLS."""
     realm: str = "lccn-subscriber"
+    """The realm named in ``WWW-Authenticate`` of a refused callback."""
 
 
 def _string_list(value: Any) -> Any:
@@ -457,46 +535,68 @@ class KafkaSettings(_Section):
     """
 
     bootstrap_servers: Annotated[tuple[str, ...], NoDecode] = ()
+    """Brokers (``host:port``); empty: no Kafka ingest. Environment: ``a:9092,b:9092`` or a JSON
+    list."""
     topics: Annotated[tuple[str, ...], NoDecode] = ("lccn-notifications",)
-    # A regular expression; when set it replaces ``topics`` for consuming.
+    """Topics consumed; ``kafka publish`` writes to the first."""
     topic_pattern: str = ""
+    """A regular expression; when set it replaces ``topics`` for consuming."""
     group_id: str = Field(default="lccn-subscriber", min_length=1)
+    """The consumer group every replica joins."""
     client_id: str = "lccn-subscriber"
+    """The Kafka client id."""
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    """Where a group without committed offsets starts."""
 
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """How to reach the brokers."""
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    """SASL mechanism; required with ``SASL_*`` protocols."""
     sasl_username: str = ""
+    """SASL user name."""
     sasl_password: SecretStr = SecretStr("")
+    """SASL password; never logged."""
     ssl_cafile: str = ""
+    """CA file for the brokers' certificates."""
     ssl_certfile: str = ""
+    """Client certificate (mutual TLS), with ``ssl_keyfile``."""
     ssl_keyfile: str = ""
+    """Client private key; needs ``ssl_certfile``."""
     ssl_key_password: SecretStr = SecretStr("")
+    """Password of ``ssl_keyfile``."""
     ssl_check_hostname: bool = True
+    """Check the brokers' certificates name them."""
 
-    # Group membership. A slow store never counts against max_poll_timeout:
-    # the poll loop keeps polling (with partitions paused) while appends wait.
     session_timeout: float = Field(default=10.0, gt=0)
+    """Group membership: seconds without heartbeat before the broker removes this consumer."""
     heartbeat_interval: float = Field(default=3.0, gt=0)
+    """Seconds between heartbeats; must be below ``session_timeout``."""
     max_poll_timeout: float = Field(default=300.0, gt=0)
+    """aiokafka's ``max_poll_interval``, in seconds. A slow store never counts against it: the poll
+    loop keeps polling (with partitions paused) while appends wait."""
     request_timeout: float = Field(default=40.0, gt=0)
+    """Seconds one request to a broker may take."""
     retry_backoff: float = Field(default=0.1, gt=0)
+    """Seconds between retries of a failed broker request."""
     max_poll_records: int = Field(default=500, gt=0)
+    """Most records one poll returns."""
 
-    # Offsets are committed in batches, at most this often.
     commit_interval: float = Field(default=1.0, gt=0)
-    # Records fetched but not yet stored; above it the partitions are paused.
+    """Offsets are committed in batches, at most this often (seconds), and only past stored
+    records."""
     max_in_flight: int = Field(default=4000, gt=0)
-    # While the store fails, appends are retried with this backoff.
+    """Records fetched but not yet stored; above it the partitions are paused."""
     store_backoff_initial: float = Field(default=0.2, gt=0)
+    """While the store fails, appends are retried with this backoff (seconds), doubling."""
     store_backoff_max: float = Field(default=10.0, gt=0)
-    # How often the broker is probed, for readiness.
+    """Upper bound of that backoff."""
     health_interval: float = Field(default=2.0, gt=0)
-    # On revocation, how long to wait for in-flight appends before committing.
+    """How often the broker is probed, for readiness."""
     revoke_drain_timeout: float = Field(default=5.0, ge=0)
-    # On stop, how long in-flight appends may finish before they are dropped
-    # (not committed, so redelivered later).
+    """On revocation, how long to wait for in-flight appends before committing."""
     graceful_timeout: float = Field(default=10.0, ge=0)
+    """On stop, how long in-flight appends may finish before they are dropped (not committed, so
+    redelivered later)."""
 
     @field_validator("bootstrap_servers", "topics", mode="before")
     @classmethod
@@ -561,60 +661,98 @@ class TackerSettings(_Section):
     """
 
     auth_type: Literal["noauth", "password", "v3applicationcredential"] = "noauth"
-    endpoint: str = ""  # fixed Tacker URL, e.g. http://tacker:9890 (no catalog lookup)
+    """``noauth`` (needs ``endpoint``), ``password`` or ``v3applicationcredential`` (a Keystone v3
+    session)."""
+    endpoint: str = ""
+    """A fixed Tacker URL, e.g. ``http://tacker:9890`` (no catalog lookup)."""
     auth_url: str = ""
+    """Keystone v3 URL (``password``, ``v3applicationcredential``)."""
     username: str = ""
+    """Keystone user name (or ``user_id``)."""
     user_id: str = ""
+    """Keystone user id (instead of ``username``)."""
     password: SecretStr = SecretStr("")
+    """Keystone password."""
     user_domain_name: str = "Default"
+    """Keystone domain of the user."""
     project_name: str = ""
+    """Keystone project (or ``project_id``)."""
     project_id: str = ""
+    """Keystone project id (instead of ``project_name``)."""
     project_domain_name: str = "Default"
+    """Keystone domain of the project."""
     application_credential_id: str = ""
+    """Application credential id (``v3applicationcredential``)."""
     application_credential_name: str = ""
+    """Application credential name, with ``username`` (instead of the id)."""
     application_credential_secret: SecretStr = SecretStr("")
+    """Application credential secret."""
     service_type: str = "nfv-orchestration"
+    """Catalog service type of Tacker's endpoint."""
     interface: Literal["public", "internal", "admin"] = "public"
+    """Catalog endpoint interface."""
     region_name: str = ""
+    """Catalog region; empty: any."""
     verify_tls: bool = True
+    """Verify Tacker's and Keystone's TLS certificates."""
     ca_file: str = ""
+    """CA file for Tacker's and Keystone's certificates."""
     auth_threads: int = Field(default=2, gt=0, le=16)
-    # noauth request context
+    """Threads the blocking Keystone session runs in."""
     noauth_user_id: str = ""
+    """``noauth``: sent as ``X-User-Id``; Tacker builds its request context from it, which some
+    calls (package and VIM APIs) need."""
     noauth_project_id: str = ""
+    """``noauth``: sent as ``X-Project-Id`` (32 hex digits)."""
     noauth_roles: str = "admin"
+    """``noauth``: sent as ``X-Roles`` with a user or project id."""
     noauth_token: SecretStr = SecretStr("")
+    """``noauth``: sent as ``X-Auth-Token`` when set."""
 
     api_version: Literal["v1", "v2"] = "v2"
+    """The VNF LCM API used where a notification does not say which: subscriptions and the
+    reconciler. Each instance is otherwise driven through the API its notifications came from."""
     request_timeout: float = Field(default=30.0, gt=0)
-    # 409 (instance lock) and 5xx: retried in-process with exponential backoff
-    # and jitter; past this many attempts the step fails as transient and the
-    # runner's persisted backoff takes over.
+    """Seconds one request to Tacker may take."""
     retry_attempts: int = Field(default=6, gt=0)
+    """409 (instance lock) and 5xx are retried in-process with exponential backoff and jitter; past
+    this many attempts the step fails as transient and the runner's persisted backoff takes
+    over."""
     retry_initial: float = Field(default=0.2, gt=0)
+    """First in-process retry delay, in seconds."""
     retry_max: float = Field(default=5.0, gt=0)
+    """Largest in-process retry delay, in seconds."""
 
-    # write-back
     vim_key: str = Field(default="k8s", min_length=1)
+    """The ``vimConnectionInfo`` key the write-back uses."""
     op_wait_timeout: float = Field(default=120.0, gt=0)
+    """Seconds to wait for the MODIFY_INFO op-occ of a write-back to finish."""
     op_poll_interval: float = Field(default=0.5, gt=0)
-    # How long an "expected echo" (recorded before a PATCH whose 202 never
-    # arrived: crash, timeout) still claims MODIFY_INFO op-occs of its instance.
+    """Seconds between polls of that op-occ."""
     echo_intent_ttl: float = Field(default=600.0, gt=0)
+    """How long an "expected echo" (recorded before a PATCH whose 202 never arrived: crash,
+    timeout) still claims MODIFY_INFO op-occs of its instance."""
     register_vim: bool = False
+    """Also register the cluster as a VIM (``POST /v1.0/vims``), as Tacker's v1 driver did."""
 
-    # subscription
     subscribe_on_start: bool = False
-    callback_uri: str = ""  # default: http://<http.host>:<http.port><http.path>
+    """Ensure our LCCN subscription when ``serve`` starts."""
+    callback_uri: str = ""
+    """The callback URL Tacker is given; empty: ``http://<http.host>:<http.port><http.path>``."""
     operation_types: Annotated[tuple[str, ...], NoDecode] = ()
+    """Subscription filter (``operationTypes``), also applied by the reconciler; empty: all."""
     operation_states: Annotated[tuple[str, ...], NoDecode] = ()
+    """Subscription filter (``operationStates``), also applied by the reconciler; empty: all."""
     verbosity: Literal["FULL", "SHORT"] = "FULL"
+    """Notification verbosity asked for in a v2 subscription (``FULL`` carries affectedVnfcs and
+    changedInfo)."""
 
-    # reconciler: 0 = off
     reconcile_interval: float = Field(default=0.0, ge=0)
-    # Re-read this far before the watermark: stateEnteredTime is written by
-    # Tacker's clock and a transition may commit after a later one was read.
+    """Seconds between polls of ``GET vnf_lcm_op_occs`` for transitions Tacker failed to deliver;
+    ``0``: off."""
     reconcile_overlap: float = Field(default=60.0, ge=0)
+    """Seconds re-read before the watermark: ``stateEnteredTime`` is written by Tacker's clock and
+    a transition may commit after a later one was read."""
 
     @field_validator("operation_types", "operation_states", mode="before")
     @classmethod
@@ -649,8 +787,14 @@ class TackerSettings(_Section):
 
 
 class LogSettings(_Section):
+    """Logs on stderr, keyed by ``vnfInstanceId``, ``vnfLcmOpOccId``, ``event_id`` and
+    ``job_id``, secrets masked."""
+
     format: Literal["json", "text"] = "json"
+    """``json``: one JSON object a line; ``text``: plain lines."""
     level: str = "INFO"
+    """Log level (``debug``, ``info``, ``warning`` ...); ``LCCN_LOG__LEVEL=debug`` also adds
+    the traceback to the CLI's one-line errors."""
 
 
 class Settings(BaseSettings):
@@ -661,24 +805,38 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        use_attribute_docstrings=True,
     )
 
     # Set by load_settings() before instantiation; read by the file source.
     _config_file: ClassVar[Path | None] = None
 
     http: HttpSettings = HttpSettings()
+    """The callback listener."""
     database: DatabaseSettings = DatabaseSettings()
+    """The event store."""
     dispatch: DispatchSettings = DispatchSettings()
+    """Lanes, leases and retries."""
     retention: RetentionSettings = RetentionSettings()
+    """Pruning of settled events."""
     handlers: HandlerSettings = HandlerSettings()
+    """Extra handler modules."""
     ssh: SshSettings = SshSettings()
+    """The SSH executor."""
     cluster: ClusterSettings = ClusterSettings()
+    """How the cluster handlers drive the nodes."""
     openstack: OpenStackSettings = OpenStackSettings()
+    """Heat and Nova lookups."""
     auth: AuthSettings = AuthSettings()
+    """Callback authentication."""
     hooks: HookSettings = HookSettings()
+    """The drain hook."""
     kafka: KafkaSettings = KafkaSettings()
+    """Kafka ingest."""
     tacker: TackerSettings = TackerSettings()
+    """The Tacker client."""
     log: LogSettings = LogSettings()
+    """Logging."""
 
     @classmethod
     def settings_customise_sources(

@@ -1,4 +1,4 @@
-"""``scripts/demo.py`` does what the README's Demo section promises: with the run's Tacker
+"""``scripts/demo.py`` does what ``docs/demo.md`` promises: with the run's Tacker
 (the shared bed), real-mode test hosts of its own and ``serve`` as a subprocess, it
 INSTANTIATEs, shows each step live, shows the written-back entry with its token masked,
 lists the nodes Ready through that entry alone, SCALEs OUT by one worker, HEALs a worker

@@ -335,10 +335,10 @@ def test_registry_step_follows_the_joins_in_every_building_plan(handler: Any) ->
     assert names.index("configure-registry") == names.index("join-workers") + 1
 
 
-def test_registry_module_paths_are_where_the_readme_says() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_registry_module_paths_are_where_the_parameters_guide_says() -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "guide" / "parameters.md").read_text()
     for path in (registry.AUTH_CONFIG, registry.CERTS_D):
-        assert path in readme
+        assert path in guide
 
 
 def test_hosts_block_is_replaced_where_it_stands(tmp_path: Path) -> None:
