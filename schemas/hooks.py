@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.ids import ResourceId
 
 __all__ = ["DrainRequest", "drain_key"]
-
-NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=255, strip_whitespace=True)]
 
 
 class DrainRequest(BaseModel):
@@ -22,10 +22,10 @@ class DrainRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    vnfInstanceId: NonEmpty
-    vnfLcmOpOccId: NonEmpty
+    vnfInstanceId: ResourceId
+    vnfLcmOpOccId: ResourceId
     operation: Literal["SCALE", "HEAL"]
-    servers: Annotated[list[NonEmpty], Field(min_length=1, max_length=1000)]
+    servers: Annotated[list[ResourceId], Field(min_length=1, max_length=1000)]
 
 
 def drain_key(op_occ_id: str) -> str:

@@ -385,6 +385,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                 "ssh": {
                     "known_hosts": str(hosts.known_hosts),
                     "client_keys": [str(hosts.client_key)],
+                    "key_dir": str(hosts.client_key.parent),
                     "connect_timeout": 5.0,
                 },
                 "cluster": {

@@ -231,8 +231,11 @@ class SshSettings(_Section):
     Host keys are pinned: ``strict`` accepts only keys listed in
     ``known_hosts``; ``accept-new`` records the key of a host seen for the
     first time there (trust on first use) and still rejects a changed key.
-    ``client_keys`` are tried for every host, before any password a VNF's
-    parameters carry.
+    A job logs in with what its parameters give (a password, or an
+    ``ssh_private_key_path`` under ``key_dir``); ``client_keys`` are offered only
+    to a target whose parameters give neither. A pooled connection is shared only
+    by jobs presenting the same credentials and pinned host keys, and is closed
+    after ``idle_timeout`` seconds unused.
     """
 
     known_hosts: Path | None = None
@@ -242,8 +245,15 @@ class SshSettings(_Section):
     """``strict``: only keys listed in ``known_hosts``; ``accept-new``: trust on first use, still
     rejecting a changed key."""
     client_keys: Annotated[tuple[Path, ...], NoDecode] = ()
-    """Private key files tried for every host, before any password a VNF's parameters carry.
-    Environment: ``a,b`` or a JSON list."""
+    """The operator's private key files, offered only to a host whose parameters give neither a
+    key nor a password of their own. Environment: ``a,b`` or a JSON list."""
+    key_dir: Path | None = None
+    """The directory a VNF's ``ssh_private_key_path`` must lie in once every symlink is
+    resolved; unset: no parameter may name a key file."""
+    max_key_bytes: int = Field(default=64 * 1024, ge=1024)
+    """The largest private key file read for an ``ssh_private_key_path``."""
+    idle_timeout: float = Field(default=60.0, gt=0)
+    """Seconds a pooled connection may stay unused before it is closed."""
     port: int = Field(default=22, gt=0, le=65535)
     """SSH port of the nodes, unless the parameters give one (``ssh_port``)."""
     connect_timeout: float = Field(default=15.0, gt=0)
@@ -320,6 +330,9 @@ class ClusterSettings(_Section):
     max_package_file_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     """The most read of one file of the VNF package (the Helm script, a registry CA, a PV
     manifest), whatever its zip entry claims."""
+    nfs_allow_no_root_squash: bool = False
+    """Whether a VNF's ``nfs_server_setup_params.export_to`` may ask for ``no_root_squash``
+    (the clients' root then acts as root on the export)."""
 
     @field_validator("script_env")
     @classmethod

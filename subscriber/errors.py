@@ -34,6 +34,8 @@ boundary each, chaining the original with ``from exc``.
     │       ├── DiscoveryError          the VNF is not the cluster its parameters describe
     │       ├── HostKeyRejected         unknown host key under ``strict``, or a changed key
     │       ├── AuthenticationFailed    every offered SSH key / the password was refused
+    │       ├── SshKeyRefused           an ssh_private_key_path outside ssh.key_dir, not a
+    │       │                           regular file, too large, or not a private key
     │       ├── SftpFailed              an upload was refused (no such dir, permission)
     │       ├── CommandFailed           a remote command exited non-zero (CommandResult.check)
     │       ├── OpenStackError          (root of OpenStack's, with OpenStackUnavailable)
@@ -42,6 +44,7 @@ boundary each, chaining the original with ``from exc``.
     │       │   └── OpenStackRequestFailed  another 4xx
     │       └── TackerRejected          4xx other than 409 (ProblemDetails ``detail``)
     │           ├── TackerAuthError     Keystone refused the credentials, or 401/403
+    │           ├── VimNotOurs          vim_name names a VIM we did not register: left alone
     │           └── TackerOpFailed      our MODIFY_INFO op-occ ended FAILED_TEMP/FAILED
     ├── StepInterrupted                 a non-idempotent step was cut off mid-run;
     │                                   its effect is unknown, so it is not re-run
@@ -97,6 +100,7 @@ __all__ = [
     "SshConnectError",
     "SshConnectionLost",
     "SshError",
+    "SshKeyRefused",
     "StepError",
     "StepInterrupted",
     "StepOutcome",
@@ -108,6 +112,7 @@ __all__ = [
     "TackerRejected",
     "TackerUnavailable",
     "TransientStepError",
+    "VimNotOurs",
 ]
 
 
@@ -376,6 +381,12 @@ class AuthenticationFailed(PermanentStepError, SshError):
     error_class = "ssh-auth"
 
 
+class SshKeyRefused(PermanentStepError, SshError):
+    """A key file a VNF's parameters name is not one we may read (nothing was sent)."""
+
+    error_class = "ssh-key-refused"
+
+
 class SftpFailed(PermanentStepError, SshError):
     error_class = "ssh-sftp"
 
@@ -440,6 +451,12 @@ class TackerRejected(PermanentStepError):
 
 class TackerAuthError(TackerRejected):
     error_class = "tacker-auth"
+
+
+class VimNotOurs(TackerRejected):
+    """A VIM of the name we would register or delete is not one we registered."""
+
+    error_class = "tacker-vim-not-ours"
 
 
 class TackerOpFailed(TackerRejected):

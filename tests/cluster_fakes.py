@@ -251,7 +251,9 @@ class FakeTacker:
     async def clear_write_back(self, vnf_instance_id: str, *, api: str = "v1") -> None:
         self.cleared.append((vnf_instance_id, api))
 
-    async def register_vim(self, name: str, access: KubernetesAccess) -> str | None:
+    async def register_vim(
+        self, name: str, access: KubernetesAccess, *, owner: str | None = None
+    ) -> str | None:
         if not self.register_vims:
             return None
         return self.vims.setdefault(name, uid())
@@ -262,7 +264,7 @@ class FakeTacker:
             raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
         into.write(self.packages[vnfd_id])
 
-    async def delete_vim(self, name: str) -> bool:
+    async def delete_vim(self, name: str, *, owner: str | None = None) -> bool:
         if name not in self.vims:
             return False
         del self.vims[name]

@@ -89,7 +89,8 @@ def register_vim(job: ClusterJob) -> Step:
     async def run(ctx: JobContext) -> VimRegistration:
         name = await job.vim_name(ctx)
         tacker = ctx.services.need_tacker()
-        vim_id = await tacker.register_vim(name, await _access(job, ctx, "register-vim"))
+        access = await _access(job, ctx, "register-vim")
+        vim_id = await tacker.register_vim(name, access, owner=ctx.vnf_instance_id)
         if vim_id is None:
             raise SkipStep("VIM registration is off", VimRegistration())
         return VimRegistration(vim_id=vim_id, vim_name=name)
@@ -161,11 +162,12 @@ class VimDeleted(StepResult):
 
 
 def delete_vim(job: ClusterJob) -> Step:
-    """TERMINATE: the VIM we registered, by the name INSTANTIATE used, if there is one."""
+    """TERMINATE: the VIM we registered for this instance, by the name INSTANTIATE used, if
+    there is one (a same-named VIM we did not register for it is never deleted)."""
 
     async def run(ctx: JobContext) -> VimDeleted:
         name = await job.vim_name(ctx)
-        if not await ctx.services.need_tacker().delete_vim(name):
+        if not await ctx.services.need_tacker().delete_vim(name, owner=ctx.vnf_instance_id):
             raise SkipStep(f"no VIM named {name}", VimDeleted(vim_name=name))
         return VimDeleted(vim_name=name, deleted=True)
 

@@ -36,6 +36,7 @@ import datetime as dt
 import hmac
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from pydantic import ValidationError
 from handlers.results import DrainServers, Leaving
 from schemas import LcmOperationStateType, parse_notification_data
 from schemas.hooks import DrainRequest, drain_key
+from schemas.ids import is_resource_id
 from subscriber.config import HookSettings
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.ingest.problems import problem_response
@@ -86,7 +88,8 @@ def _synthesized(request: DrainRequest) -> dict[str, Any]:
     """Tacker's PROCESSING notification of the op-occ, as Tacker v2 would send it."""
     base = "/vnflcm/v2"
     return {
-        "id": f"lccn-hook-{request.vnfLcmOpOccId}",
+        # A valid notification id whatever the op-occ id's length (schemas.ids).
+        "id": f"lccn-hook-{uuid.uuid5(uuid.NAMESPACE_URL, request.vnfLcmOpOccId)}",
         "notificationType": "VnfLcmOperationOccurrenceNotification",
         "subscriptionId": "lccn-hook",
         "timeStamp": dt.datetime.now(dt.UTC).isoformat(),
@@ -257,6 +260,10 @@ class DrainHook:
         if refused is not None:
             return refused
         op_occ = request.match_info["op_occ"]
+        if not is_resource_id(op_occ):
+            return problem_response(
+                400, "the path's vnfLcmOpOccId is not an id", instance=request.path
+            )
         try:
             answer = await drain_answer(self._store, self._routing, op_occ, wake=self._wake)
         except StoreError as exc:

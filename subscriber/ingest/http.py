@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import ssl
 from typing import Any
 
@@ -31,6 +32,8 @@ __all__ = ["CallbackIngress", "make_app"]
 log = logging.getLogger(__name__)
 
 _JSON_TYPES = frozenset({"application/json"})
+# The ``Version`` header is stored (events.api_version, 32 characters): "2.0.0", "1.3.0".
+_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,32}")
 EVENT_STORE_KEY = web.AppKey("event_store", EventStore)
 SETTINGS_KEY = web.AppKey("http_settings", HttpSettings)
 
@@ -70,16 +73,18 @@ async def _notification(request: web.Request) -> web.Response:
             instance=request.path,
             headers={"Connection": "close"},
         )
+    version = request.headers.get("Version")
+    if version is not None and not _VERSION.fullmatch(version):
+        return problem_response(
+            400,
+            "the Version header must be a version like 2.0.0 (at most 32 characters)",
+            instance=request.path,
+        )
     try:
         notification = parse_notification(body)
     except NotificationParseError as exc:
         return problem_response(400, exc.detail, instance=request.path, field=exc.field)
-    new = NewEvent(
-        source="http",
-        notification=notification,
-        raw=body,
-        api_version=request.headers.get("Version"),
-    )
+    new = NewEvent(source="http", notification=notification, raw=body, api_version=version)
     try:
         await store.append(new)
     except StoreUnavailable as exc:

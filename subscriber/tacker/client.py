@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -35,6 +36,7 @@ from subscriber.errors import (
     TackerOpFailed,
     TackerRejected,
     TackerUnavailable,
+    VimNotOurs,
 )
 from subscriber.kernel.ports import ApiVersion, KubernetesAccess
 from subscriber.lifecycle import Component
@@ -45,7 +47,11 @@ from subscriber.tacker.ports import EchoRecorder
 __all__ = [
     "Response",
     "TackerClient",
+    "filter_value",
+    "is_our_vim",
+    "segment",
     "vim_connection_entry",
+    "vim_description",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,57 @@ class Response:
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
+
+
+def segment(value: object) -> str:
+    """``value`` as one URL path segment: every reserved character escaped (``/``, ``?``,
+    ``#``, ``%``), and ``.``/``..``/empty refused, since no escape keeps a dot segment
+    from being normalised away (``vnf_instances/..`` is ``vnflcm/v2/``).
+
+    Raises:
+        TackerRejected: the value is empty, ``.`` or ``..`` (nothing was sent).
+    """
+    text = str(value)
+    if text in ("", ".", ".."):
+        raise TackerRejected(f"{text!r} cannot name a Tacker resource in a URL path")
+    return quote(text, safe="")
+
+
+def filter_value(value: object) -> str:
+    """``value`` as a value of a SOL013 attribute filter (``(eq,vnfdId,<value>)``).
+
+    Raises:
+        TackerRejected: it holds a character of the filter's own syntax, which would add
+            or end a clause.
+    """
+    text = str(value)
+    if not text or any(c in text for c in ",;()'\"") or not text.isprintable():
+        raise TackerRejected(
+            "a value with , ; ( ) ' \" or a control character cannot be filtered on"
+        )
+    return text
+
+
+VIM_MARKER = "registered by lccn-subscriber"
+
+
+def vim_description(owner: str | None) -> str:
+    """The description that marks a VIM ours (Tacker keeps and returns it as given)."""
+    return f"{VIM_MARKER} for VNF instance {owner}" if owner else VIM_MARKER
+
+
+def is_our_vim(vim: Mapping[str, Any], owner: str | None) -> bool:
+    """Whether we registered ``vim`` (for ``owner``, when given).
+
+    Without an owner, any of our marks will do. A VIM with the mark of older versions
+    (no instance in it) is the owner's only under Tacker's default name for it.
+    """
+    description = str(vim.get("description") or "")
+    if owner is None:
+        return description == VIM_MARKER or description.startswith(VIM_MARKER + " for ")
+    return description == vim_description(owner) or (
+        description == VIM_MARKER and vim.get("name") == f"kubernetes_vim_{owner}"
+    )
 
 
 def _entry_id(vnf_instance_id: str, key: str) -> str:
@@ -251,7 +308,7 @@ class TackerClient(Component):
         """``GET vnf_instances/{id}`` (Tacker strips the secrets)."""
         api = api or self.settings.api_version
         data: dict[str, Any] = await self._get_json(
-            f"{self._lcm(api)}/vnf_instances/{vnf_instance_id}", api=api
+            f"{self._lcm(api)}/vnf_instances/{segment(vnf_instance_id)}", api=api
         )
         return data
 
@@ -259,7 +316,7 @@ class TackerClient(Component):
         """``GET vnf_lcm_op_occs/{id}``."""
         api = api or self.settings.api_version
         data: dict[str, Any] = await self._get_json(
-            f"{self._lcm(api)}/vnf_lcm_op_occs/{op_occ_id}", api=api
+            f"{self._lcm(api)}/vnf_lcm_op_occs/{segment(op_occ_id)}", api=api
         )
         return data
 
@@ -291,7 +348,7 @@ class TackerClient(Component):
         api = api or self.settings.api_version
         resp = await self.request(
             "PATCH",
-            f"{self._lcm(api)}/vnf_instances/{vnf_instance_id}",
+            f"{self._lcm(api)}/vnf_instances/{segment(vnf_instance_id)}",
             body=body,
             api=api,
             expected=(202,),
@@ -302,7 +359,8 @@ class TackerClient(Component):
             return location.rstrip("/").rsplit("/", 1)[1]
         # v1 may answer without Location: the newest MODIFY_INFO of the instance is ours.
         occs = await self.list_op_occs(
-            f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,MODIFY_INFO)", api=api
+            f"(eq,vnfInstanceId,{filter_value(vnf_instance_id)});(eq,operation,MODIFY_INFO)",
+            api=api,
         )
         if not occs:
             raise TackerUnavailable(f"PATCH of {vnf_instance_id}: 202 but no MODIFY_INFO op-occ")
@@ -411,24 +469,47 @@ class TackerClient(Component):
         data = await self._get_json("/v1.0/vims", api=None)
         return list((data or {}).get("vims", []))
 
-    async def register_vim(self, name: str, access: KubernetesAccess) -> str | None:
+    def _refuse_foreign(self, vim: Mapping[str, Any], name: str, owner: str | None) -> None:
+        if not is_our_vim(vim, owner):
+            whose = f" for VNF instance {owner}" if owner else ""
+            raise VimNotOurs(
+                f"vim_name {name!r}: Tacker's VIM {vim.get('id')} of that name was not "
+                f"registered by lccn-subscriber{whose}; it is left alone (choose another "
+                "vim_name, or delete that VIM yourself)"
+            )
+
+    async def register_vim(
+        self, name: str, access: KubernetesAccess, *, owner: str | None = None
+    ) -> str | None:
         """``POST /v1.0/vims`` (type kubernetes), as the v1 driver's ``_create_vim`` did.
 
-        An existing VIM of that name is reused when its ``auth_url`` matches,
-        else replaced. Returns the VIM id, or None when ``register_vim`` is off.
+        The VIM's description marks it ours (:func:`vim_description`). An existing VIM
+        of that name is reused when it is ours and its ``auth_url`` matches, replaced
+        when it is ours, and never touched when it is not. Returns the VIM id, or None
+        when ``register_vim`` is off.
+
+        Arguments:
+            owner: the VNF instance the VIM is for: a VIM registered for another
+                instance is not ours to replace either.
+
+        Raises:
+            VimNotOurs: a VIM of that name exists that we did not register (for ``owner``).
         """
         if not self.settings.register_vim:
             return None
         for vim in await self.list_vims():
             if vim.get("name") == name:
+                self._refuse_foreign(vim, name, owner)
                 if vim.get("auth_url") == access.endpoint:
                     return str(vim["id"])
-                await self.request("DELETE", f"/v1.0/vims/{vim['id']}", api=None, expected=(204,))
+                await self.request(
+                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204,)
+                )
         body = {
             "vim": {
                 "type": "kubernetes",
                 "name": name,
-                "description": "registered by lccn-subscriber",
+                "description": vim_description(owner),
                 "is_default": False,
                 "auth_url": access.endpoint,
                 "auth_cred": {
@@ -445,15 +526,23 @@ class TackerClient(Component):
         resp = await self.request("POST", "/v1.0/vims", body=body, api=None, expected=(201,))
         return str(resp.json()["vim"]["id"])
 
-    async def delete_vim(self, name: str) -> bool:
-        """Delete the VIM registered under ``name``; False if there was none (or it is off)."""
+    async def delete_vim(self, name: str, *, owner: str | None = None) -> bool:
+        """Delete the VIM we registered under ``name``; False if there was none (or it is off).
+
+        Raises:
+            VimNotOurs: a VIM of that name exists that we did not register (for ``owner``);
+                nothing was deleted.
+        """
         if not self.settings.register_vim:
             return False
         found = False
-        for vim in await self.list_vims():
+        vims = [vim for vim in await self.list_vims() if vim.get("name") == name]
+        for vim in vims:
+            self._refuse_foreign(vim, name, owner)
+        for vim in vims:
             if vim.get("name") == name:
                 await self.request(
-                    "DELETE", f"/v1.0/vims/{vim['id']}", api=None, expected=(204, 404)
+                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204, 404)
                 )
                 found = True
         return found
@@ -477,7 +566,7 @@ class TackerClient(Component):
         found = await self._get_json(
             "/vnfpkgm/v1/vnf_packages",
             api=None,
-            params={"filter": f"(eq,vnfdId,{vnfd_id})"},
+            params={"filter": f"(eq,vnfdId,{filter_value(vnfd_id)})"},
         )
         packages = [
             p
@@ -490,7 +579,7 @@ class TackerClient(Component):
             raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
         await self.request(
             "GET",
-            f"/vnfpkgm/v1/vnf_packages/{packages[0]['id']}/package_content",
+            f"/vnfpkgm/v1/vnf_packages/{segment(packages[0]['id'])}/package_content",
             api=None,
             accept="application/zip",
             sink=into,
@@ -517,7 +606,10 @@ class TackerClient(Component):
         """DELETE one subscription; False if Tacker did not know it."""
         api = api or self.settings.api_version
         resp = await self.request(
-            "DELETE", f"{self._lcm(api)}/subscriptions/{sub_id}", api=api, expected=(204, 404)
+            "DELETE",
+            f"{self._lcm(api)}/subscriptions/{segment(sub_id)}",
+            api=api,
+            expected=(204, 404),
         )
         return resp.status == 204
 

@@ -87,6 +87,7 @@ def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any
         "ssh": {
             "known_hosts": str(hosts.known_hosts),
             "client_keys": [str(hosts.client_key)],
+            "key_dir": str(hosts.client_key.parent),
             "connect_timeout": 5.0,
             "command_timeout": 60.0,
         },

@@ -89,6 +89,7 @@ def service_settings(db_url: str, bed: tb.BedState, sim: SimProcess, hosts: Any)
         ssh=SshSettings(
             known_hosts=hosts.known_hosts,
             client_keys=(hosts.client_key,),
+            key_dir=hosts.client_key.parent,  # the parameters name the bed's key
             connect_timeout=5.0,
             command_timeout=60.0,
         ),

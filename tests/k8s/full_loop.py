@@ -99,6 +99,7 @@ def serve_config(bed: tacker_bed.BedState, sim: SimProcess, hosts: TestBed) -> d
         "ssh": {
             "known_hosts": str(hosts.known_hosts),
             "client_keys": [str(hosts.client_key)],
+            "key_dir": str(hosts.client_key.parent),
             "connect_timeout": 5.0,
             "command_timeout": 120.0,
         },

@@ -63,6 +63,7 @@ def ssh_settings(bed: TestBed) -> SshSettings:
     return SshSettings(
         known_hosts=bed.known_hosts,
         client_keys=(bed.client_key,),
+        key_dir=bed.client_key.parent,  # the parameters name the bed's key
         connect_timeout=5.0,
         command_timeout=300.0,
         max_output_bytes=4 * 1024 * 1024,  # whole `kubectl get ... -o json` lists

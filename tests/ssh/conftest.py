@@ -50,6 +50,7 @@ def ssh_settings(bed: Any) -> SshSettings:
     return SshSettings(
         known_hosts=bed.known_hosts,
         client_keys=(bed.client_key,),
+        key_dir=bed.client_key.parent,  # the parameters name the bed's key
         connect_timeout=5.0,
         command_timeout=30.0,
     )

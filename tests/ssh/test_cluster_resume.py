@@ -60,6 +60,7 @@ def _serve(
         "LCCN_TEST_SCRIPT_ENV": json.dumps({"K8S_SKIP_PHASES": "packages,cni"}),
         "LCCN_SSH__KNOWN_HOSTS": str(ssh_settings.known_hosts),
         "LCCN_SSH__CLIENT_KEYS": json.dumps([str(bed.client_key)]),
+        "LCCN_SSH__KEY_DIR": str(bed.client_key.parent),
         "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
         "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
         "LCCN_DISPATCH__BACKOFF_INITIAL": "0.2",

@@ -331,9 +331,17 @@ async def test_the_reconciler_loop_is_restarted_after_a_crash(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LIFECYCLE_LOG)
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    # An op-occ without "operation" or "id": synthesise() fails on it with a
-    # KeyError, which the loop does not expect (it only survives LccnError).
-    op_occ_server.answer = [{"stateEnteredTime": now, "operationState": "COMPLETED"}]
+    # An op-occ without "operation": synthesise() fails on it with a KeyError, which
+    # the loop does not expect (it only survives LccnError). Its ids are well formed:
+    # one whose ids are not is skipped before synthesise() (schemas.ids).
+    op_occ_server.answer = [
+        {
+            "id": "occ-1",
+            "vnfInstanceId": "inst-1",
+            "stateEnteredTime": now,
+            "operationState": "COMPLETED",
+        },
+    ]
     settings = TackerSettings(
         endpoint=op_occ_server.url,
         reconcile_interval=0.05,

@@ -158,8 +158,13 @@ async def test_unstopped_pool_warns() -> None:
         gc.collect()
 
 
-def test_target_identity_ignores_secrets() -> None:
+def test_target_identity_includes_credentials_but_never_shows_them() -> None:
     a = SshTarget(host="h", username="u", password=SecretStr("x"))
     b = SshTarget(host="h", username="u", password=SecretStr("y"))
-    assert a == b and "x" not in repr(a)
+    assert a != b and "x" not in repr(a)
+    assert a == SshTarget(host="h", username="u", password=SecretStr("x"), origin="elsewhere")
+    assert a != SshTarget(host="h", username="u", password=SecretStr("x"), known_hosts="h k")
+    assert SshTarget(host="h", client_keys=(Path("/k1"),)) != SshTarget(
+        host="h", client_keys=(Path("/k2"),)
+    )
     assert a.describe() == "u@h:22"

@@ -377,7 +377,16 @@ async def test_vim_registration_follows_the_v1_0_exchange(fake: FakeTacker) -> N
             "/v1.0/vims",
             (
                 200,
-                {"vims": [{"id": vim_id, "name": "kubernetes_vim_x", "auth_url": ACCESS.endpoint}]},
+                {
+                    "vims": [
+                        {
+                            "id": vim_id,
+                            "name": "kubernetes_vim_x",
+                            "auth_url": ACCESS.endpoint,
+                            "description": vim["description"],  # what marks it ours
+                        }
+                    ]
+                },
             ),
         )
         assert await client.register_vim("kubernetes_vim_x", ACCESS) == vim_id
