@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from handlers.toolkit import haproxy, hosts, storage
 from handlers.toolkit.topology import discover
 from schemas.cluster_params import parse_cluster_params
@@ -60,7 +60,7 @@ async def test_a_heat_address_that_is_not_an_ip_is_never_written(
     )
     svc = Service(
         settings,
-        registry=default_registry(cluster=cluster, cluster_handlers=True),
+        routing=default_routing(cluster=cluster, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     await svc.start()

@@ -9,6 +9,7 @@ ids into paths as they were, and ``vnf_instances/../../../v1.0/vims`` went out a
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator
 
@@ -116,9 +117,9 @@ async def test_ids_from_tacker_answers_are_escaped_too(raw: RawServer) -> None:
     # A package id as Tacker lists it goes into the content URL as one segment.
     raw.packages = [{"id": "../../vnflcm/v2/vnf_instances/x", "onboardingState": "ONBOARDED"}]
     async with TackerClient(_settings(raw.url)) as client:
-        await client.vnf_package_content("vnfd-1")
+        await client.vnf_package("vnfd-1", io.BytesIO())
         with pytest.raises(TackerRejected, match="cannot be filtered on"):
-            await client.vnf_package_content("vnfd-1);(neq,id,x")
+            await client.vnf_package("vnfd-1);(neq,id,x", io.BytesIO())
     assert raw.lines[-1] == (
         "GET /vnfpkgm/v1/vnf_packages/..%2F..%2Fvnflcm%2Fv2%2Fvnf_instances%2Fx/package_content "
         "HTTP/1.1"
