@@ -404,12 +404,28 @@ class HookSettings(_Section):
 
 
 class AuthSettings(_Section):
-    """How Tacker must authenticate to the callback (all off by default, for the lab)."""
+    """How Tacker must authenticate to the callback.
+
+    Credentials come from here (``basic``, ``oauth2``, ``mtls``) or, when none
+    of those is configured, are generated when we create our own subscription
+    (``tacker.subscribe_on_start`` or ``lccn-subscriber subscribe``): ``generate``
+    says which kind (``basic``: Tacker ``BASIC``; ``oauth2``:
+    ``OAUTH2_CLIENT_CREDENTIALS`` with this service as the token endpoint;
+    ``off``: the subscription carries none). The store keeps only what checks a
+    generated secret, never the secret. With nothing configured and nothing
+    generated the callback takes anyone's notifications (``serve`` warns).
+    """
 
     basic: BasicAuthSettings = BasicAuthSettings()
     oauth2: OAuth2Settings = OAuth2Settings()
     mtls: MtlsSettings = MtlsSettings()
     realm: str = "lccn-subscriber"
+    generate: Literal["basic", "oauth2", "off"] = "basic"
+
+    @property
+    def configured(self) -> bool:
+        """Whether the settings themselves name credentials (or client certificates)."""
+        return self.basic.enabled or self.oauth2.enabled or self.mtls.enabled
 
 
 def _string_list(value: Any) -> Any:

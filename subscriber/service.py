@@ -185,6 +185,7 @@ class Service(Component):
         self.subscriptions: SubscriptionKeeper | None = None
         self.reconciler: Reconciler | None = None
         self.kafka: KafkaSource | None = None
+        self.auth: CallbackAuth | None = None
         if not self.ingests:
             # A worker alone answers health and metrics on the HTTP port; a linked one does not.
             self.app = web.Application(middlewares=[problem_middleware])
@@ -203,8 +204,17 @@ class Service(Component):
         install_metrics_route(self.app, self.metrics, self.store, work=work)
         if self.worker is not None:
             self.health.register("worker", self.worker.readiness)
-        self.auth = CallbackAuth(settings.auth, settings.http.path, self.metrics)
+        subscribes = self.tacker is not None and settings.tacker.subscribe_on_start
+        self.auth = CallbackAuth(
+            settings.auth,
+            settings.http.path,
+            self.metrics,
+            credentials=self.store.credentials,
+            # It will subscribe with generated credentials: none is accepted without them.
+            required=subscribes and settings.auth.generate != "off",
+        )
         self.auth.install(self.app)
+        self.health.register("callback_auth", self.auth.readiness)
         self.hooks = DrainHook(settings.hooks, self.store, wake=self._poke)
         self.hooks.install(self.app)
         self.ingress = CallbackIngress(
@@ -217,7 +227,7 @@ class Service(Component):
             self.kafka = KafkaSource(settings.kafka, self.store.events)
             self._observe_kafka(self.kafka)
         if self.tacker is not None and settings.tacker.subscribe_on_start:
-            self.subscriptions = SubscriptionKeeper(self.tacker, settings)
+            self.subscriptions = SubscriptionKeeper(self.tacker, settings, self.store.credentials)
             self.health.register("subscription", self.subscriptions.readiness)
         if self.tacker is not None and settings.tacker.reconcile_interval > 0:
             keeper = self.subscriptions
@@ -280,7 +290,12 @@ class Service(Component):
                 return
         if self.wake_sender is not None:
             await self._start_child(self.wake_sender)
+        # Before the callback listens: the stored credentials are read.
+        if self.auth is not None:
+            await self._start_child(self.auth)
         await self._start_child(self.ingress)
+        if self.auth is not None:
+            self.auth.announce()  # "callback auth off" is a warning worth one line
         if self.kafka is not None:
             # Returns at once; connecting and joining the group go on in
             # the background (a broker that is down only delays ingest).
