@@ -11,6 +11,7 @@ Each component receives only its own section. Times are float seconds named
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -48,6 +49,7 @@ __all__ = [
     "TackerSettings",
     "default_data_dir",
     "default_database_path",
+    "is_loopback",
     "load_settings",
     "masked",
     "parse_duration",
@@ -76,13 +78,33 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``); wildcards are not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class HttpSettings(_Section):
-    """The callback listener Tacker POSTs notifications to."""
+    """The callback listener Tacker POSTs notifications to, and where the probes live.
+
+    ``/metrics`` and ``/readyz`` are open only on a private listener. With a
+    loopback ``host`` (the default) that is the callback listener itself. With
+    any other ``host``, or with ``metrics_host`` set, they are served openly
+    on a listener of their own, ``metrics_host`` (default ``127.0.0.1``) on
+    ``metrics_port`` (0: a free port); on the callback listener they then need
+    the callback's credentials. ``/healthz`` (liveness) is open everywhere.
+    """
 
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     path: str = "/lccn/notifications"
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    metrics_host: str = ""
+    metrics_port: int = Field(default=9765, ge=0, le=65535)
 
     @field_validator("path")
     @classmethod
@@ -90,6 +112,26 @@ class HttpSettings(_Section):
         if not value.startswith("/"):
             raise ValueError("must start with '/'")
         return value.rstrip("/") or "/"
+
+    @model_validator(mode="after")
+    def _listeners_differ(self) -> HttpSettings:
+        listener = self.probes_listener()
+        if listener is not None and listener == (self.host, self.port) and self.port != 0:
+            raise ValueError(
+                "http.metrics_host:metrics_port is the callback listener itself: "
+                "give the metrics listener another port (or leave metrics_host empty)"
+            )
+        return self
+
+    def probes_listener(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the listener that serves ``/metrics`` and ``/readyz`` openly,
+        or ``None`` when the callback listener does (a loopback ``host``, no ``metrics_host``).
+        """
+        if self.metrics_host:
+            return self.metrics_host, self.metrics_port
+        if is_loopback(self.host):
+            return None
+        return "127.0.0.1", self.metrics_port
 
 
 class DatabaseSettings(_Section):
