@@ -17,7 +17,9 @@ Besides the settings' credentials, those generated for our own subscription
 (see :mod:`subscriber.ingest.credentials`) are accepted: the store holds their
 verifiers, read at start, every ``refresh_interval`` and, at most every
 ``min_reload_interval``, when a request presents credentials we do not know
-(Tacker's test GET of a subscription another process is creating right now).
+(Tacker's test GET of a subscription another process is creating right now:
+it is then accepted, and with callback auth off until then, auth is on from
+the next request).
 Callback auth is *on* when the settings name credentials, when some were
 generated, or when this process will generate them (``required``: it
 subscribes itself); otherwise it is off, which ``serve`` logs at start and
@@ -56,7 +58,7 @@ from subscriber.errors import ConfigError, StoreError
 from subscriber.health import CheckResult
 from subscriber.ingest import credentials as gen
 from subscriber.ingest.problems import problem_response
-from subscriber.lifecycle import Component
+from subscriber.lifecycle import Component, State
 from subscriber.metrics import Metrics
 from subscriber.store import CredentialStore, StoredCredential
 
@@ -332,6 +334,21 @@ class CallbackAuth(Component):
                 await asyncio.sleep(wait)
             await self.reload()
 
+    def _look_again(self, arrived: float) -> None:
+        """Credentials came while none is known: another process may be subscribing with
+        generated ones right now (``lccn-subscriber subscribe``; this is Tacker's test GET).
+        Read the store in the background, so callback auth is on from the next request."""
+        if self._store is None or self.state is not State.RUNNING:
+            return
+        if self._task("callback-credentials-look") is not None:
+            return
+
+        async def look() -> None:
+            await self._reload_after(arrived)
+            self.announce()
+
+        self._spawn("callback-credentials-look", look, restart=False)
+
     async def readiness(self) -> CheckResult:
         """Always ready; the detail says whether (and how) callbacks are authenticated."""
         return CheckResult(True, self.describe())
@@ -472,6 +489,8 @@ class CallbackAuth(Component):
         if not callback and path not in self._protect:
             return await handler(request)
         if not self.enabled:
+            if callback and "Authorization" in request.headers:
+                self._look_again(time.monotonic())
             if callback or self._settings.mtls.enabled:  # off, or the TLS handshake checked
                 return await handler(request)
             return problem_response(
