@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from subscriber.ingest.credentials import sign_token
 from tests.factories import identifier
 from tests.tacker.helpers import ServeProcess, TackerClient, unique_name, wait_for
 from tests.testbed import tacker_bed as tb
@@ -34,8 +33,9 @@ PARAMS = {"BASIC": "paramsBasic", "OAUTH2_CLIENT_CREDENTIALS": "paramsOauth2Clie
 
 
 def serve_config(bed: tb.BedState, api: str, generate: str) -> dict[str, Any]:
-    """Tacker configured and nothing else about callback auth: what a fresh install has."""
-    return {
+    """Tacker configured and nothing else about callback auth: what a fresh install has
+    (``auth.generate`` only when it is not the default, ``basic``)."""
+    config: dict[str, Any] = {
         "tacker": {
             "endpoint": bed.url,
             "noauth_user_id": tb.USER_ID,
@@ -46,10 +46,12 @@ def serve_config(bed: tb.BedState, api: str, generate: str) -> dict[str, Any]:
             "retry_initial": 0.1,
             "retry_max": 1.0,
         },
-        "auth": {"generate": generate},
         # Debug: a secret must not reach the log at any level.
         "log": {"format": "json", "level": "DEBUG"},
     }
+    if generate != "basic":
+        config["auth"] = {"generate": generate}
+    return config
 
 
 def subscriptions_to(tacker: TackerClient, api: str, url: str) -> list[dict[str, Any]]:
@@ -117,15 +119,25 @@ def held_by_tacker(
     return params["userName"], params["password"]
 
 
+def forged_token(client_id: str) -> str:
+    """A well-formed bearer token for ``client_id``, signed by a key of our own making."""
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    claims = {"sub": client_id, "exp": int(time.time()) + 300, "jti": "forged"}
+    payload = b64(json.dumps(claims).encode())
+    return f"{payload}.{b64(Ed25519PrivateKey.generate().sign(payload.encode()))}"
+
+
 def assert_others_refused(proc: ServeProcess, principal: str, secret: str) -> None:
     """Anything but Tacker's credentials gets 401 ProblemDetails and is stored nowhere."""
-    forged_token = sign_token(Ed25519PrivateKey.generate(), principal, 300, time.time())
     forged = identifier("Creation")
     for headers in (
         {},
         {"Authorization": basic(principal, secret + "x")},
         {"Authorization": basic("tacker", secret)},
-        {"Authorization": f"Bearer {forged_token}"},
+        {"Authorization": f"Bearer {forged_token(principal)}"},
         {"Authorization": f"Bearer {secret}"},
     ):
         status, rh, body = tb.request("POST", proc.callback_url, forged, headers=headers)
