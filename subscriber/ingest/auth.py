@@ -47,11 +47,10 @@ import secrets
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from subscriber.config import AuthSettings, Settings
 from subscriber.errors import ConfigError, StoreError
@@ -61,6 +60,9 @@ from subscriber.ingest.problems import problem_response
 from subscriber.lifecycle import Component, State
 from subscriber.metrics import Metrics
 from subscriber.store import CredentialStore, StoredCredential
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
     "AUTH_OFF",

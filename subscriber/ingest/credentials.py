@@ -23,12 +23,16 @@ import hmac
 import json
 import secrets
 import time
-from typing import Any, Literal
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING, Any, Literal
 
 from subscriber.store.credentials import StoredCredential
+
+if TYPE_CHECKING:
+    # Imported where used (about 7 MB resident): a serve without OAuth2 clients never loads it.
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 __all__ = [
     "GeneratedKind",
@@ -61,6 +65,8 @@ def _b64url_decode(text: str) -> bytes:
 
 def signing_key(secret: str) -> Ed25519PrivateKey:
     """The Ed25519 key an OAuth2 client secret stands for (derived, never stored)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     seed = hmac.new(secret.encode("utf-8"), _TOKEN_KEY_CONTEXT, hashlib.sha256).digest()
     return Ed25519PrivateKey.from_private_bytes(seed)
 
@@ -108,6 +114,8 @@ def public_key(credential: StoredCredential) -> Ed25519PublicKey | None:
     scheme, _, value = credential.verifier.partition(":")
     if credential.kind != "OAUTH2_CLIENT_CREDENTIALS" or scheme != "ed25519":
         return None
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         return Ed25519PublicKey.from_public_bytes(_b64url_decode(value))
     except (ValueError, binascii.Error):
@@ -135,6 +143,8 @@ def token_claims(token: str) -> dict[str, Any] | None:
 
 def verify_token(key: Ed25519PublicKey, token: str, now: float) -> bool:
     """Whether ``token`` was signed by ``key``'s owner and has not expired."""
+    from cryptography.exceptions import InvalidSignature
+
     payload, _, sig = token.partition(".")
     try:
         key.verify(_b64url_decode(sig), payload.encode())
