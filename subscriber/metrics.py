@@ -41,7 +41,7 @@ from prometheus_client import (
 from subscriber.store import EventStatus, Store
 from subscriber.store.events import AppendObservation
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "install_metrics_route"]
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "WorkMetrics", "install_metrics_route"]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _STEP_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)

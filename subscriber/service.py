@@ -34,7 +34,7 @@ from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.problems import problem_middleware
 from subscriber.kernel import RoutingTable, Services
 from subscriber.lifecycle import Component
-from subscriber.metrics import Metrics, install_metrics_route
+from subscriber.metrics import Metrics, WorkMetrics, install_metrics_route
 from subscriber.openstack import OpenStackClient
 from subscriber.retention import Pruner
 from subscriber.runner import Runner
@@ -185,11 +185,20 @@ class Service(Component):
         self.subscriptions: SubscriptionKeeper | None = None
         self.reconciler: Reconciler | None = None
         self.kafka: KafkaSource | None = None
+        self.auth: CallbackAuth | None = None
+        # /metrics and /readyz are open only on a private listener: the callback's own when
+        # it is loopback, else one of their own (http.metrics_host:metrics_port).
+        self.probes: CallbackIngress | None = None
+        separate = settings.http.probes_listener() is not None
         if not self.ingests:
-            # A worker alone answers health and metrics on the HTTP port; a linked one does not.
+            # A worker alone answers health and metrics on the HTTP port (or /healthz there
+            # and all three on the probes listener); a linked one does not.
             self.app = web.Application(middlewares=[problem_middleware])
-            self.health.install(self.app)
-            install_metrics_route(self.app, self.metrics, self.store, ingest=False)
+            self.health.install(self.app, readiness=not separate)
+            if separate:
+                self.probes = self._probes_listener(work=None, ingest=False)
+            else:
+                install_metrics_route(self.app, self.metrics, self.store, ingest=False)
             self.ingress = CallbackIngress(settings.http, self.app)
             return
         hook_path = settings.hooks.path if settings.hooks.bearer() else None
@@ -201,10 +210,23 @@ class Service(Component):
             # Jobs run elsewhere: their families come from our worker (or its own port).
             work = self.worker.metrics_text if self.worker is not None else _no_work_metrics
         install_metrics_route(self.app, self.metrics, self.store, work=work)
+        if separate:
+            self.probes = self._probes_listener(work=work, ingest=True)
         if self.worker is not None:
             self.health.register("worker", self.worker.readiness)
-        self.auth = CallbackAuth(settings.auth, settings.http.path, self.metrics)
+        subscribes = self.tacker is not None and settings.tacker.subscribe_on_start
+        self.auth = CallbackAuth(
+            settings.auth,
+            settings.http.path,
+            self.metrics,
+            credentials=self.store.credentials,
+            # It will subscribe with generated credentials: none is accepted without them.
+            required=subscribes and settings.auth.generate != "off",
+            # On a listener that is not private, the probes need the callback's credentials.
+            protect=("/metrics", "/readyz") if separate else (),
+        )
         self.auth.install(self.app)
+        self.health.register("callback_auth", self.auth.readiness)
         self.hooks = DrainHook(settings.hooks, self.store, self.routing, wake=self._poke)
         self.hooks.install(self.app)
         self.ingress = CallbackIngress(
@@ -217,7 +239,7 @@ class Service(Component):
             self.kafka = KafkaSource(settings.kafka, self.store.events)
             self._observe_kafka(self.kafka)
         if self.tacker is not None and settings.tacker.subscribe_on_start:
-            self.subscriptions = SubscriptionKeeper(self.tacker, settings)
+            self.subscriptions = SubscriptionKeeper(self.tacker, settings, self.store.credentials)
             self.health.register("subscription", self.subscriptions.readiness)
         if self.tacker is not None and settings.tacker.reconcile_interval > 0:
             keeper = self.subscriptions
@@ -227,6 +249,18 @@ class Service(Component):
                 settings.tacker,
                 subscription_id=lambda: keeper.subscription_id if keeper else None,
             )
+
+    def _probes_listener(self, *, work: WorkMetrics | None, ingest: bool) -> CallbackIngress:
+        """The private listener of ``/healthz``, ``/readyz`` and ``/metrics``."""
+        app = web.Application(middlewares=[problem_middleware])
+        self.health.install(app)
+        install_metrics_route(app, self.metrics, self.store, work=work, ingest=ingest)
+        return CallbackIngress(self.settings.http, app, probes=True)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port ``/metrics`` and ``/readyz`` are open on (loopback: the callback's)."""
+        return self.probes.port if self.probes is not None else self.ingress.port
 
     def _poke(self, lane: str | None = None) -> None:
         """Wake whoever runs the jobs (this process's dispatcher, or the worker)."""
@@ -276,11 +310,20 @@ class Service(Component):
             if not self.ingests:
                 if self.link is None:
                     await self._start_child(self.ingress)
+                    if self.probes is not None:
+                        await self._start_child(self.probes)
                 log.info(self._routing_line)
                 return
         if self.wake_sender is not None:
             await self._start_child(self.wake_sender)
+        # Before the callback listens: the stored credentials are read.
+        if self.auth is not None:
+            await self._start_child(self.auth)
         await self._start_child(self.ingress)
+        if self.probes is not None:
+            await self._start_child(self.probes)
+        if self.auth is not None:
+            self.auth.announce()  # "callback auth off" is a warning worth one line
         if self.kafka is not None:
             # Returns at once; connecting and joining the group go on in
             # the background (a broker that is down only delays ingest).
@@ -300,7 +343,7 @@ class Service(Component):
         if self.worker is None:
             return
         # Stop taking notifications before the worker drains its running steps.
-        for part in (self.reconciler, self.subscriptions, self.kafka, self.ingress):
+        for part in (self.reconciler, self.subscriptions, self.kafka, self.ingress, self.probes):
             if part is not None:
                 await part.stop()
 

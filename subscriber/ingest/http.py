@@ -121,6 +121,8 @@ def make_app(
 class CallbackIngress(Component):
     """Serves the app on ``settings.host:settings.port`` (TLS when given ``ssl_context``).
 
+    With ``probes=True`` it is the probes' own listener instead (plain HTTP on
+    ``settings.probes_listener()``: ``/healthz``, ``/readyz``, ``/metrics``).
     ``stop()`` stops accepting; in-flight requests finish.
     """
 
@@ -130,10 +132,16 @@ class CallbackIngress(Component):
         app: web.Application,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        probes: bool = False,
     ) -> None:
         super().__init__()
         self._settings = settings
         self._ssl = ssl_context
+        self._probes = probes
+        listener = settings.probes_listener() if probes else (settings.host, settings.port)
+        if listener is None:
+            raise ValueError("no probes listener: the callback listener serves the probes")
+        self._host, self._port = listener
         self.app = app
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -143,8 +151,8 @@ class CallbackIngress(Component):
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,
-            self._settings.host,
-            self._settings.port,
+            self._host,
+            self._port,
             backlog=1024,
             reuse_address=True,
             ssl_context=self._ssl,
@@ -153,19 +161,22 @@ class CallbackIngress(Component):
             await site.start()
         except OSError as exc:
             reason = (os.strerror(exc.errno) if exc.errno else str(exc)).lower()
+            names = (
+                "http.metrics_host or http.metrics_port"
+                if self._probes
+                else ("http.host, http.port or --port")
+            )
             raise ListenFailed(
-                f"cannot listen on {self._settings.host}:{self._settings.port}: {reason} "
-                "(http.host, http.port or --port)"
+                f"cannot listen on {self._host}:{self._port}: {reason} ({names})"
             ) from exc
         server: Any = site._server
         sockets = server.sockets if server is not None else []
-        self.port = int(sockets[0].getsockname()[1]) if sockets else self._settings.port
+        self.port = int(sockets[0].getsockname()[1]) if sockets else self._port
+        scheme = "https" if self._ssl else "http"
+        path = "/metrics" if self._probes else self._settings.path
         log.info(
-            "listening",
-            extra={
-                "url": f"{'https' if self._ssl else 'http'}://{self._settings.host}:{self.port}"
-                f"{self._settings.path}"
-            },
+            "metrics listening" if self._probes else "listening",
+            extra={"url": f"{scheme}://{self._host}:{self.port}{path}"},
         )
 
     async def _stop(self) -> None:

@@ -23,7 +23,7 @@ from tests.tacker.helpers import ServeProcess, TackerClient, wait_for
 from tests.testbed import tacker_bed as tb
 from tests.testbed import testhosts
 
-__all__ = ["hosts", "serve_config", "testhosts"]
+__all__ = ["callback_auth", "hosts", "serve_config", "testhosts"]
 
 HERE = Path(__file__).parent
 
@@ -63,10 +63,12 @@ def fresh_cluster(hosts: Any) -> Iterator[None]:
 
 def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any]:
     """``serve``'s settings (a config file) for the full loop: the real Tacker (noauth, our
-    subscription made at start), the simulator's Keystone, the test hosts' SSH keys, the
-    cluster handlers on the stand-in tools (no packages, no CNI; etcdctl on the host, no
+    subscription made at start, with callback credentials serve generates: Tacker
+    authenticates every notification), the simulator's Keystone, the test hosts' SSH keys,
+    the cluster handlers on the stand-in tools (no packages, no CNI; etcdctl on the host, no
     haproxy process to reload), quick retries."""
     return {
+        "auth": {"generate": "basic"},  # the default, said here: the suite runs with it
         "dispatch": {
             "rescan_interval": 0.5,
             "reorder_window": 0.05,
@@ -103,6 +105,12 @@ def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any
     }
 
 
+def callback_auth(proc: ServeProcess) -> str:
+    """What serve's /readyz says of callback authentication."""
+    _, _, body = tb.request("GET", f"http://127.0.0.1:{proc.port}/readyz", timeout=5)
+    return str(body["checks"]["callback_auth"]["detail"]) if isinstance(body, dict) else ""
+
+
 @pytest.fixture
 def serve_proc(
     bed: tb.BedState, tacker: TackerClient, host_sim: SimProcess, hosts: Any, tmp_path: Path
@@ -118,6 +126,12 @@ def serve_proc(
             return any(s.get("callbackUri") == proc.callback_url for s in subs)
 
         wait_for(subscribed, timeout=30, interval=0.2, what="serve's own subscription")
+        wait_for(
+            lambda: callback_auth(proc) == "callback auth on: BASIC (generated)",
+            timeout=10,
+            interval=0.2,
+            what="callback auth on with the generated credentials",
+        )
         yield proc
     finally:
         proc.stop()

@@ -2,7 +2,8 @@
 
 Each of them costs megabytes of resident memory in every process of ``serve``
 (asyncssh about 15, Alembic with Mako about 10, keystoneauth1 with requests about
-7, asyncpg and aiokafka about 3 each); they are imported where they are used.
+7, cryptography about 7, asyncpg and aiokafka about 3 each); they are imported where
+they are used.
 That they still work when used is the business of the ``ssh``, ``tacker`` and
 ``kafka`` tiers and of the PostgreSQL tests.
 """
@@ -35,6 +36,7 @@ UNUSED = (
     "openstack",
     "aiokafka",
     "asyncpg",
+    "cryptography",
 )
 
 

@@ -292,6 +292,10 @@ class ServeProcess:
     def callback_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/lccn/notifications"
 
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/healthz"
+
     def _exe(self) -> list[str]:
         exe = Path(sys.executable).with_name("lccn-subscriber")
         return [str(exe)] if exe.exists() else [sys.executable, "-m", "subscriber.cli"]
@@ -322,10 +326,12 @@ class ServeProcess:
         def ready() -> bool:
             assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
             try:
-                status, _, _ = tacker_bed.request("GET", self.callback_url, timeout=2)
+                # Liveness: the callback itself may want credentials (generated ones when
+                # serve subscribes itself).
+                status, _, _ = tacker_bed.request("GET", self.health_url, timeout=2)
             except OSError:
                 return False
-            return status == 204
+            return status == 200
 
         wait_for(ready, timeout=timeout, what="lccn-subscriber serve to answer")
 

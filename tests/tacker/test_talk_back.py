@@ -155,8 +155,8 @@ async def test_subscribe_twice_makes_one_subscription_even_while_jobs_are_busy(
         lambda: _statuses(svc, inst, {"running"}), timeout=10, what="the blocking job to run"
     )
     try:
-        first = await ensure_subscription(svc.tacker, svc.settings)
-        second = await ensure_subscription(svc.tacker, svc.settings)
+        first = await ensure_subscription(svc.tacker, svc.settings, svc.store.credentials)
+        second = await ensure_subscription(svc.tacker, svc.settings, svc.store.credentials)
         assert first.created and not second.created
         assert second.subscription["id"] == first.subscription["id"]
         ours = [

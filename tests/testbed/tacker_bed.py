@@ -17,9 +17,9 @@ ignores SIGTERM for a while), drops the database and removes the work directory.
 Each bed gets its own oslo.messaging exchange, so two beds on one RabbitMQ do not
 answer each other's RPC calls.
 
-Tacker runs with ``auth_strategy = noauth``. Its package-management API then lacks a
-request context (upload -> 500 ``KeyError: 'tacker.context'``), so the api-paste copy
-adds ``keystonecontext`` to that pipeline; requests carry ``X-User-Id``,
+Tacker runs with ``auth_strategy = noauth``. Its v1 package-management and v1 VNF LCM
+APIs then lack a request context (upload -> 500 ``KeyError: 'tacker.context'``), so the
+api-paste copy adds ``keystonecontext`` to those pipelines; requests carry ``X-User-Id``,
 ``X-Project-Id`` (32 hex digits) and ``X-Roles: admin``, see :data:`HEADERS`.
 """
 
@@ -179,17 +179,48 @@ def stored_vim_connection_info(state: BedState, inst_id: str) -> dict[str, Any] 
     return value if isinstance(value, dict) else None
 
 
+def stored_subscription_authentication(
+    state: BedState, sub_id: str, api: str = "v2"
+) -> dict[str, Any] | None:
+    """The ``authentication`` Tacker stored with a subscription (the API never shows it):
+    what Tacker presents to the callback. ``None`` for an unknown subscription or none."""
+    table, column = (
+        ('"LccnSubscriptionV2"', "id") if api == "v2" else ("vnf_lcm_subscriptions", "id")
+    )
+    code = (
+        "import json, psycopg2, sys\n"
+        "c = psycopg2.connect(host='127.0.0.1', port=5432, user='postgres', dbname=sys.argv[1])\n"
+        "cur = c.cursor()\n"
+        f"cur.execute('SELECT authentication FROM {table} WHERE {column} = %s', (sys.argv[2],))\n"
+        "row = cur.fetchone()\n"
+        "value = row[0] if row else None\n"
+        "print(value if isinstance(value, str) else json.dumps(value))\n"
+    )
+    out = subprocess.run(
+        [str(tacker_venv() / "bin" / "python"), "-c", code, state.database, sub_id],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    value = json.loads(out.stdout)
+    if isinstance(value, str):  # v1 keeps the JSON text
+        value = json.loads(value)
+    return value if isinstance(value, dict) else None
+
+
 def _write_config(state: BedState) -> Path:
     work = Path(state.workdir)
     for sub in ("csar", "images", "locks", "state", "logs"):
         (work / sub).mkdir(parents=True, exist_ok=True)
-    paste_src = (tacker_venv() / "etc" / "tacker" / "api-paste.ini").read_text()
-    old = "noauth = request_id catch_errors vnfpkgmapp_v1"
-    if old not in paste_src:
-        raise BedError("unexpected api-paste.ini: vnfpkgmapi_v1 noauth pipeline not found")
-    (work / "api-paste.ini").write_text(
-        paste_src.replace(old, "noauth = request_id catch_errors keystonecontext vnfpkgmapp_v1")
-    )
+    paste = (tacker_venv() / "etc" / "tacker" / "api-paste.ini").read_text()
+    # The v1 package and v1 LCM APIs need the request context the noauth headers give.
+    for app in ("vnfpkgmapp_v1", "vnflcmaapp_v1"):
+        old = f"noauth = request_id catch_errors {app}"
+        if old not in paste:
+            raise BedError(f"unexpected api-paste.ini: the {app} noauth pipeline not found")
+        paste = paste.replace(old, f"noauth = request_id catch_errors keystonecontext {app}")
+    (work / "api-paste.ini").write_text(paste)
     exchange = f"tacker_bed_{state.database}"
     conf = f"""[DEFAULT]
 auth_strategy = noauth

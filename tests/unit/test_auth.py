@@ -26,6 +26,7 @@ from subscriber.config import (
     MtlsSettings,
     OAuth2Settings,
     Settings,
+    TackerSettings,
 )
 from subscriber.ingest.auth import cert_thumbprint, subscription_authentication
 from subscriber.kernel import RoutingTable
@@ -341,3 +342,55 @@ def test_auth_settings_fail_at_start_when_incomplete(tmp_path: Path) -> None:
             key_file=tmp_path / "no",
         )
     assert subscription_authentication(Settings()) is None
+
+
+async def test_generated_credentials_work_on_every_replica_of_the_store(
+    db_url: str, http: aiohttp.ClientSession
+) -> None:
+    """Two replicas share one store: a client generated (and recorded) after both started
+    gets a token from one and is accepted by the other, at once; the store holds no secret."""
+    from subscriber.ingest.credentials import new_credential
+
+    replicas = []
+    for _ in range(2):
+        settings = Settings(
+            http=HttpSettings(host="127.0.0.1", port=free_port()),
+            database=DatabaseSettings(url=db_url),
+            tacker=TackerSettings(endpoint="http://127.0.0.1:9", subscribe_on_start=True),
+        )
+        replicas.append(Service(settings, routing=RoutingTable()))
+    a, b = replicas
+    await a.start()
+    await b.start()
+    try:
+        # subscribe_on_start: credentials are required before any exists.
+        url_b = f"http://127.0.0.1:{b.port}{b.settings.http.path}"
+        async with http.post(url_b, json=op_occ()) as resp:
+            assert resp.status == 401
+        record, secret = new_credential("OAUTH2_CLIENT_CREDENTIALS", url_b, "v2")
+        await a.store.credentials.add(record)
+        form = {"grant_type": "client_credentials"}
+        auth = {"Authorization": basic(record.principal, secret)}
+        async with http.post(f"http://127.0.0.1:{a.port}/token", data=form, headers=auth) as r:
+            assert r.status == 200
+            token = (await r.json())["access_token"]
+        async with http.post(
+            url_b, json=op_occ(), headers={"Authorization": f"Bearer {token}"}
+        ) as resp:
+            assert resp.status == 204
+        payload, _, sig = token.partition(".")
+        forged = f"{payload}.{sig[:-4]}AAAA"
+        async with http.post(
+            url_b, json=op_occ(), headers={"Authorization": f"Bearer {forged}"}
+        ) as resp:
+            assert resp.status == 401
+        # Client credentials are for the token endpoint only.
+        async with http.post(url_b, json=op_occ(), headers=auth) as resp:
+            assert resp.status == 401
+        assert len(await b.store.events.list()) == 1
+    finally:
+        await b.stop()
+        await a.stop()
+    db = Path(db_url.split("///", 1)[1])
+    for path in db.parent.glob(db.name + "*"):
+        assert secret.encode() not in path.read_bytes()
