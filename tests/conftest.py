@@ -21,6 +21,8 @@ from subscriber.config import (
 )
 from subscriber.kernel import HandlerRegistry, Services
 from subscriber.service import Service
+from subscriber.store import Store
+from tests.backends import pg_url
 from tests.testbed.tacker_fixtures import (  # one Tacker bed per run, for every tier
     bed,
     pytest_terminal_summary,
@@ -28,7 +30,7 @@ from tests.testbed.tacker_fixtures import (  # one Tacker bed per run, for every
     tacker,
 )
 
-__all__ = ["bed", "pytest_terminal_summary", "recorder", "tacker"]
+__all__ = ["bed", "pg_url", "pytest_terminal_summary", "recorder", "tacker"]
 
 
 def free_port() -> int:
@@ -39,7 +41,15 @@ def free_port() -> int:
 
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
+    """A SQLite file (``tests/store/`` runs the tests that take it on PostgreSQL too)."""
     return f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    """The store, started, on ``db_url``."""
+    async with Store(DatabaseSettings(url=db_url)) as running:
+        yield running
 
 
 def make_settings(db_url: str, **dispatch: Any) -> Settings:

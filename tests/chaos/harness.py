@@ -41,7 +41,6 @@ __all__ = [
     "Stream",
     "check_store",
     "handler_env",
-    "pg_dsn",
     "pg_rows",
     "settle",
 ]
@@ -204,11 +203,6 @@ class Stream:
                     self.answered.append((time.time(), status))
                     i += 1
                     await asyncio.sleep(self.pause)
-
-
-def pg_dsn(url: str) -> str:
-    """An asyncpg DSN from a SQLAlchemy ``postgresql+asyncpg://`` URL."""
-    return url.replace("postgresql+asyncpg://", "postgresql://")
 
 
 async def pg_rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:

@@ -28,13 +28,12 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from tests.backends import pg_database
+from tests.backends import pg_database, pg_dsn
 from tests.chaos.harness import (
     Replica,
     Stream,
     check_store,
     handler_env,
-    pg_dsn,
     pg_rows,
     settle,
 )

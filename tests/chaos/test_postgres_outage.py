@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.harness import Replica, Stream, check_store, handler_env, pg_dsn, settle
+from tests.backends import pg_dsn
+from tests.chaos.harness import Replica, Stream, check_store, handler_env, settle
 from tests.testbed.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]

@@ -31,14 +31,13 @@ from typing import Any
 
 import pytest
 
-from tests.backends import pg_database
+from tests.backends import pg_database, pg_dsn
 from tests.chaos.harness import (
     REPO,
     Replica,
     Stream,
     check_store,
     handler_env,
-    pg_dsn,
     pg_rows,
     settle,
 )

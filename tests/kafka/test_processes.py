@@ -122,32 +122,32 @@ async def _count(db_url: str) -> int:
 
 
 async def test_sigkill_mid_stream_then_restart(
-    broker: Any, tmp_path: Path, sqlite_url: str, serves: list[Serve]
+    broker: Any, tmp_path: Path, db_url: str, serves: list[Serve]
 ) -> None:
     topic, group = uid("topic"), uid("group")
     await create_topic(broker.bootstrap, topic, 3)
     bodies = transitions(3000)
     await produce(broker.bootstrap, topic, bodies)
 
-    first = Serve(tmp_path, "replica-a", sqlite_url, broker.bootstrap, topic, group)
+    first = Serve(tmp_path, "replica-a", db_url, broker.bootstrap, topic, group)
     serves.append(first)
     first.start()
-    await wait_until(lambda: _atleast(sqlite_url, 100), 60, interval=0.02, what="first events")
+    await wait_until(lambda: _atleast(db_url, 100), 60, interval=0.02, what="first events")
     first.signal(signal.SIGKILL)
     assert first.wait() == -signal.SIGKILL
-    at_kill = await _count(sqlite_url)
+    at_kill = await _count(db_url)
     assert 0 < at_kill < 3000, "the kill did not land mid-stream"
 
-    again = Serve(tmp_path, "replica-a2", sqlite_url, broker.bootstrap, topic, group)
+    again = Serve(tmp_path, "replica-a2", db_url, broker.bootstrap, topic, group)
     serves.append(again)
     again.start()
-    await wait_until(lambda: _atleast(sqlite_url, 3000), 90, what="all 3000 events")
+    await wait_until(lambda: _atleast(db_url, 3000), 90, what="all 3000 events")
     settings = fast_settings(broker.bootstrap, topic, group)
     await wait_until(lambda: _lag_zero(settings), 30, what="everything committed")
 
     again.signal(signal.SIGTERM)
     assert again.wait() == 0
-    events = await _events(sqlite_url)
+    events = await _events(db_url)
     assert len(events) == 3000
     assert len({e.dedup_key for e in events}) == 3000
     assert {e.vnf_lcm_op_occ_id for e in events} == {b["vnfLcmOpOccId"] for b in bodies}
@@ -164,12 +164,12 @@ async def _lag_zero(settings: Any) -> bool:
 
 @pytest.mark.postgres
 async def test_two_replicas_split_partitions_on_postgres(
-    broker: Any, tmp_path: Path, postgres_url: str, serves: list[Serve]
+    broker: Any, tmp_path: Path, pg_url: str, serves: list[Serve]
 ) -> None:
     topic, group = uid("topic"), uid("group")
     await create_topic(broker.bootstrap, topic, 3)
-    a = Serve(tmp_path, "replica-a", postgres_url, broker.bootstrap, topic, group)
-    b = Serve(tmp_path, "replica-b", postgres_url, broker.bootstrap, topic, group)
+    a = Serve(tmp_path, "replica-a", pg_url, broker.bootstrap, topic, group)
+    b = Serve(tmp_path, "replica-b", pg_url, broker.bootstrap, topic, group)
     serves += [a, b]
     a.start()
     await wait_until(lambda: (a.last_assignment() or set()) != set(), 60, what="a joined")
@@ -182,14 +182,14 @@ async def test_two_replicas_split_partitions_on_postgres(
     await wait_until(split, 60, what="the partitions split between a and b")
     bodies = transitions(900)
     await produce(broker.bootstrap, topic, bodies)
-    await wait_until(lambda: _atleast(postgres_url, 900), 60, what="900 events")
+    await wait_until(lambda: _atleast(pg_url, 900), 60, what="900 events")
     settings = fast_settings(broker.bootstrap, topic, group)
     await wait_until(lambda: _lag_zero(settings), 30, what="everything committed")
     for serve in (a, b):
         serve.signal(signal.SIGTERM)
     assert [a.wait(), b.wait()] == [0, 0]
 
-    events = await _events(postgres_url)
+    events = await _events(pg_url)
     assert len(events) == 900
     assert len({e.dedup_key for e in events}) == 900
     consumers_of: dict[int, set[str]] = {}

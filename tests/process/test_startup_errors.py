@@ -25,7 +25,7 @@ import asyncpg
 import pytest
 
 from tests import REPO
-from tests.backends import pg_database
+from tests.backends import pg_database, pg_dsn
 from tests.conftest import free_port
 from tests.openstack_sim import OpenStackSim, SimConfig
 
@@ -241,7 +241,7 @@ async def test_sigterm_while_starting_abandons_the_start(tmp_path: Path) -> None
     lock another session holds), not only once the start is done."""
     async with pg_database() as url:
         assert run("db", "upgrade", "--database", url).returncode == 0
-        dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+        dsn = pg_dsn(url)
         holder, watcher = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
         try:
             tx = holder.transaction()

@@ -13,7 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 
 from tests import REPO
-from tests.backends import pg_database
+from tests.backends import pg_dsn
 from tests.conftest import free_port
 from tests.factories import op_occ
 from tests.programs import alive, children, gone, worker_pid
@@ -78,13 +78,8 @@ class Serve:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
-
-
-@pytest.fixture
-def serve(tmp_path: Path, sqlite_url: str) -> Iterator[Serve]:
-    proc = Serve(tmp_path, sqlite_url, "--role", "all", env=NO_POLL)
+def serve(tmp_path: Path, db_url: str) -> Iterator[Serve]:
+    proc = Serve(tmp_path, db_url, "--role", "all", env=NO_POLL)
     yield proc
     proc.stop()
 
@@ -167,12 +162,6 @@ async def test_sigterm_stops_the_worker_too(serve: Serve) -> None:
     assert not alive(worker)
 
 
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    async with pg_database() as url:
-        yield url
-
-
 @pytest.mark.postgres
 async def test_separate_roles_on_postgresql_are_woken_by_notify(
     tmp_path: Path, pg_url: str
@@ -186,7 +175,7 @@ async def test_separate_roles_on_postgresql_are_woken_by_notify(
         assert children(ingest.proc.pid) == []  # --role ingest starts no worker of its own
         async with aiohttp.ClientSession() as http:
             occ = await _post(http, f"{ingest.base}/lccn/notifications")
-            pg = pg_url.replace("postgresql+asyncpg://", "postgresql://")
+            pg = pg_dsn(pg_url)
             conn = await asyncpg.connect(pg)
             try:
                 async with asyncio.timeout(10):  # the rescan would take 60 s

@@ -286,12 +286,6 @@ async def test_async_with_stops_when_the_body_raises() -> None:
 # -- through real components --------------------------------------------------------
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with Store(DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")) as s:
-        yield s
-
-
 class OpOccServer:
     """A loopback HTTP server answering ``GET .../vnf_lcm_op_occs`` with ``self.answer``."""
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from schemas import parse_notification_data
-from subscriber.config import DatabaseSettings, TackerSettings
+from subscriber.config import TackerSettings
 from subscriber.errors import (
     TackerAuthError,
     TackerConflict,
@@ -103,12 +103,6 @@ def settings(url: str, **kw: Any) -> TackerSettings:
         "noauth_project_id": "p" * 32,
     }
     return TackerSettings(**{**base, **kw})
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with Store(DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")) as s:
-        yield s
 
 
 INST = "/vnflcm/v2/vnf_instances/inst-1"
