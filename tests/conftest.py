@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import socket
@@ -116,6 +117,14 @@ async def scrape(http: aiohttp.ClientSession, svc: Service) -> str:
         return await resp.text()
 
 
+async def wait_lanes_idle(http: aiohttp.ClientSession, svc: Service, timeout: float = 10.0) -> None:
+    """Wait until ``/metrics`` shows no lane running (``lccn_lanes_active`` 0): after
+    :func:`wait_settled`, the lanes have also written their last counters and leases."""
+    async with asyncio.timeout(timeout):
+        while metric(await scrape(http, svc), "lccn_lanes_active") != 0:
+            await asyncio.sleep(0.02)
+
+
 TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison"})
 
 
@@ -125,8 +134,6 @@ async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:
 
     Calling ``svc.runner.run`` directly instead races the running dispatcher, which may
     take the same event meanwhile and resume the same job beside it."""
-    import asyncio
-
     assert await svc.store.replays.request([event_id], "anew") == [event_id]
     event = await svc.store.events.get(event_id)
     svc.dispatcher.poke(event.vnf_instance_id)
@@ -140,8 +147,6 @@ async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:
 
 async def wait_settled(svc: Service, count: int | None = None, timeout: float = 20.0) -> list[Any]:
     """Wait until (``count``) stored events all reached a terminal status; return them."""
-    import asyncio
-
     async with asyncio.timeout(timeout):
         while True:
             events = await svc.store.events.list()

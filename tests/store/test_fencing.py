@@ -25,7 +25,7 @@ from subscriber.kernel import JobContext, Plan, Step
 from subscriber.store import EventStatus, Fence, NewEvent, Store
 from subscriber.store.jobs import StepOutcome
 from tests.backends import pg_dsn
-from tests.conftest import ServiceFactory, callback_url
+from tests.conftest import ServiceFactory, callback_url, wait_lanes_idle
 from tests.factories import op_occ, uid
 from tests.recorders import registry_with
 
@@ -171,9 +171,7 @@ async def test_a_lost_renewal_cancels_the_running_step_at_once_and_stops_the_lan
     assert token is not None and token >= 2
     # At the next renewal (ttl/3), long before the step would end by itself.
     await asyncio.wait_for(handler.cancelled.wait(), 10)
-    async with asyncio.timeout(5):  # the lane stopped
-        while lane in svc.dispatcher._active:
-            await asyncio.sleep(0.02)
+    await wait_lanes_idle(http, svc, timeout=5)  # the lane stopped
     assert handler.finished == 0
     events = await svc.store.events.list()
     # Nothing was written after the loss: the step stays "running" for the new holder.
@@ -190,7 +188,7 @@ async def test_a_renewal_that_times_out_counts_as_lost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     handler = SlowStep()
-    svc, lane = await _start_slow_lane(start_service, http, handler)
+    svc, _ = await _start_slow_lane(start_service, http, handler)
 
     async def hang(fence: Fence, ttl: float) -> bool:
         await asyncio.sleep(3600)
@@ -200,9 +198,7 @@ async def test_a_renewal_that_times_out_counts_as_lost(
     # The lease is only sure until ttl after the last renewal was sent.
     await asyncio.wait_for(handler.cancelled.wait(), 10)
     assert handler.finished == 0
-    async with asyncio.timeout(5):
-        while lane in svc.dispatcher._active:
-            await asyncio.sleep(0.02)
+    await wait_lanes_idle(http, svc, timeout=5)
 
 
 @pytest.mark.postgres
