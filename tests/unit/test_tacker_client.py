@@ -10,8 +10,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from schemas import parse_notification_data
@@ -24,10 +26,13 @@ from subscriber.errors import (
     TackerUnavailable,
 )
 from subscriber.kernel.ports import KubernetesAccess
+from subscriber.metrics import Metrics
+from subscriber.service import Service
 from subscriber.store import Store
 from subscriber.tacker import EchoFilter, TackerClient
 from subscriber.tacker.echo import is_own_patch
 from subscriber.tacker.reconciler import implied_states, notification_status, synthesise
+from tests.conftest import make_settings, scrape
 from tests.factories import op_occ
 
 TOKEN = "k8s-bearer-" + uuid.uuid4().hex
@@ -108,11 +113,22 @@ def settings(url: str, **kw: Any) -> TackerSettings:
 INST = "/vnflcm/v2/vnf_instances/inst-1"
 
 
+def retries(text: str) -> dict[str, float]:
+    """``lccn_tacker_retries_total`` by status, from the exposition ``text``."""
+    return {
+        sample.labels["status"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "lccn_tacker_retries_total"
+    }
+
+
 async def test_409_then_503_then_success_is_retried(fake: FakeTacker) -> None:
     fake.on("GET", INST, 409, 503, 502, (200, {"id": "inst-1"}))
-    async with TackerClient(settings(fake.url)) as client:
+    metrics = Metrics()
+    async with TackerClient(settings(fake.url), on_retry=metrics.tacker_retried) as client:
         assert await client.get_vnf_instance("inst-1") == {"id": "inst-1"}
-        assert client.retried == {409: 1, 503: 1, 502: 1}
+    assert retries(metrics.render().decode()) == {"409": 1, "503": 1, "502": 1}
     # Every call carries Version and the noauth context.
     _, _, headers, _ = fake.seen[-1]
     assert headers["Version"] == "2.0.0"
@@ -128,6 +144,19 @@ async def test_409_past_the_bound_is_transient(fake: FakeTacker) -> None:
     assert info.value.retriable
     assert "in progress" in info.value.message and "after 4 attempts" in info.value.message
     assert len(fake.seen) == 4
+
+
+async def test_the_service_counts_tacker_retries_on_metrics(
+    fake: FakeTacker, db_url: str, http: aiohttp.ClientSession
+) -> None:
+    """What an operator sees of a busy or failing Tacker: retries by status on /metrics."""
+    fake.on("GET", INST, 409, 409, 503, (200, {"id": "inst-1"}))
+    config = make_settings(db_url).model_copy(update={"tacker": settings(fake.url)})
+    async with Service(config) as svc:
+        assert svc.tacker is not None
+        assert retries(await scrape(http, svc)) == {}
+        await svc.tacker.get_vnf_instance("inst-1")
+        assert retries(await scrape(http, svc)) == {"409": 2, "503": 1}
 
 
 async def test_5xx_past_the_bound_is_transient(fake: FakeTacker) -> None:
