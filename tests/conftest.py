@@ -24,7 +24,7 @@ from subscriber.kernel import HandlerRegistry, Services
 from subscriber.service import Service
 from subscriber.store import Store
 from tests.backends import pg_url
-from tests.testbed.tacker_fixtures import (  # one Tacker bed per run, for every tier
+from tests.tacker_fixtures import (  # one Tacker bed per run, for every tier
     bed,
     pytest_terminal_summary,
     recorder,

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from testbed import testhosts
 from tests.backends import pg_database, pg_dsn
 from tests.chaos.harness import (
     REPO,
@@ -41,7 +42,6 @@ from tests.chaos.harness import (
     pg_rows,
     settle,
 )
-from tests.testbed import testhosts
 
 pytestmark = [pytest.mark.chaos, pytest.mark.ssh, pytest.mark.postgres, pytest.mark.asyncio]
 

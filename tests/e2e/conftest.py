@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.openstack_sim.process import SimProcess
+from testbed import tacker_bed as tb
+from testbed import testhosts
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import TackerClient, wait_for
 from tests.ssh.conftest import bed as hosts
-from tests.tacker.helpers import ServeProcess, TackerClient, wait_for
-from tests.testbed import tacker_bed as tb
-from tests.testbed import testhosts
+from tests.tacker.helpers import ServeProcess
 
 __all__ = ["hosts", "serve_config", "testhosts"]
 

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.utils import CryptographyDeprecationWarning
 
 from subscriber.ssh import CommandResult, SshPool, SshTarget
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestHost
+from testbed import testhosts
+from testbed.testhosts import TestHost
 
 __all__ = [
     "SCRIPT",

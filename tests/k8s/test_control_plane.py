@@ -24,6 +24,8 @@ import pytest
 from schemas.cluster_params import InstallReport, parse_install_output
 from subscriber.config import SshSettings
 from subscriber.ssh import SshPool
+from testbed import testhosts
+from testbed.testhosts import TestBed, TestHost
 from tests.k8s.conftest import restore_hostnames
 from tests.k8s.helpers import (
     SCRIPT,
@@ -36,8 +38,6 @@ from tests.k8s.helpers import (
     run,
     wait_for,
 )
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed, TestHost
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

@@ -23,13 +23,13 @@ from subscriber.config import ClusterSettings, HookSettings, Settings, SshSettin
 from subscriber.kernel import Services
 from subscriber.service import Service
 from subscriber.ssh import SshPool
+from testbed import testhosts
+from testbed.testhosts import TestBed
 from tests.cluster_fakes import cluster_vnf, k8s_params, lcm_op_occ, remove_vnfc, server_at
 from tests.conftest import callback_url, make_settings, wait_settled
 from tests.factories import op_occ
 from tests.k8s.conftest import restore_hostnames
 from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, nodes_ready, run, wait_for
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import tacker_bed as tb
+from testbed import tacker_bed as tb
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
 

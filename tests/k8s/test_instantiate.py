@@ -23,13 +23,13 @@ from handlers import default_registry
 from subscriber.config import ClusterSettings, Settings, SshSettings
 from subscriber.kernel import Services
 from subscriber.service import Service
+from testbed import testhosts
+from testbed.testhosts import TestBed
 from tests.cluster_fakes import cluster_vnf, k8s_params
 from tests.conftest import callback_url, make_settings, wait_settled
 from tests.factories import op_occ
 from tests.k8s.conftest import restore_hostnames
 from tests.k8s.helpers import SCRIPT_ENV, api_get, nodes_ready
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

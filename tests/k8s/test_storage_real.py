@@ -26,6 +26,8 @@ from subscriber.config import ClusterSettings, HookSettings, Settings
 from subscriber.kernel import Services
 from subscriber.service import Service
 from subscriber.ssh import SshPool
+from testbed import testhosts
+from testbed.testhosts import TestBed
 from tests.cluster_fakes import cluster_vnf, lcm_op_occ, uid
 from tests.conftest import callback_url, make_settings, wait_settled
 from tests.factories import op_occ
@@ -33,8 +35,6 @@ from tests.k8s.conftest import restore_hostnames
 from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, run, wait_for
 from tests.k8s.test_day2_real import ssh_settings
 from tests.ssh.test_storage import MOUNT, add_storage_vnfc, inside, loop_device, storage_params
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
 
 __all__ = ["loop_device"]  # the fixture
 

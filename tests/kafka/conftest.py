@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import kafka_broker
+from testbed import kafka_broker
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -20,6 +20,7 @@ import pytest
 from subscriber.cli.kafka import group_lag
 from subscriber.config import DatabaseSettings
 from subscriber.store import EventRow, Store
+from testbed import kafka_broker
 from tests.kafka.helpers import (
     ROOT,
     create_topic,
@@ -29,7 +30,6 @@ from tests.kafka.helpers import (
     uid,
     wait_until,
 )
-from tests.testbed import kafka_broker
 
 _ASSIGNED = re.compile(r"kafka partitions assigned: (.*)$")
 

@@ -24,10 +24,10 @@ import aiohttp
 import asyncpg
 import pytest
 
+from testbed.openstack_sim import OpenStackSim, SimConfig
 from tests import REPO
 from tests.backends import pg_database, pg_dsn
 from tests.conftest import free_port
-from tests.openstack_sim import OpenStackSim, SimConfig
 
 SECRET = "S3cr3t-Passw0rd"
 

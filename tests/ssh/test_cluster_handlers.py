@@ -22,10 +22,10 @@ from subscriber.config import ClusterSettings, Settings, SshSettings
 from subscriber.kernel import Services
 from subscriber.service import Service
 from subscriber.store import StepStatus
+from testbed import testhosts
 from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params
 from tests.conftest import callback_url, make_settings, rerun, wait_settled
 from tests.factories import op_occ
-from tests.testbed import testhosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 

@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from schemas.cluster_params import InstallReport, parse_install_output
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
-from tests.testbed import testhosts
+from testbed import testhosts
 
 pytestmark = pytest.mark.ssh
 

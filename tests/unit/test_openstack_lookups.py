@@ -10,7 +10,7 @@ from pydantic import SecretStr
 from subscriber.config import OpenStackSettings
 from subscriber.errors import OpenStackAuthFailed, OpenStackNotFound, OpenStackUnavailable
 from subscriber.openstack import OpenStackClient
-from tests.openstack_sim import OpenStackSim, SimConfig
+from testbed.openstack_sim import OpenStackSim, SimConfig
 from tests.unit.test_openstack_sim import Cloud
 
 pytestmark = pytest.mark.asyncio

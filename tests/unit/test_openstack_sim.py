@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from openstack import connection
 
-from tests.openstack_sim import OpenStackSim, SimConfig
+from testbed.openstack_sim import OpenStackSim, SimConfig
 
 GROUP_HOT = """
 heat_template_version: 2013-05-23

@@ -1,4 +1,4 @@
-"""The simulator as a child process (``python -m tests.openstack_sim``), for tests and the demo.
+"""The simulator as a child process (``python -m testbed.openstack_sim``), for tests and the demo.
 
 A process of its own keeps the simulator's event loop out of the tests' loops, and lets
 Tacker's calls be answered while a test blocks on Tacker.
@@ -50,7 +50,7 @@ class SimProcess:
         cmd = [
             sys.executable,
             "-m",
-            "tests.openstack_sim",
+            "testbed.openstack_sim",
             "--server-pool",
             self.config.server_pool,
             "--vip-pool",

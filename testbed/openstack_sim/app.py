@@ -11,7 +11,7 @@ public, internal and admin endpoints in ``RegionOne``):
   name/id) / update (PATCH keeps what is not sent, PUT replaces) / delete, resources
   (``nested_depth``, ``with_detail``), resource show (``attributes.fixed_ips``,
   ``floating_ip_address``), ``mark_unhealthy``, template, files, events (empty).
-  The engine in :mod:`tests.openstack_sim.heat` creates the resources.
+  The engine in :mod:`testbed.openstack_sim.heat` creates the resources.
 * Glance v2 (``/image``): image list (``tag``, ``name``), show, create, upload, delete.
 * Nova v2.1 (``/compute``): ``os-availability-zone/detail``, ``servers/{id}`` with
   ``OS-EXT-SRV-ATTR:host`` and ``server_groups``, servers list, ``os-server-groups``.
