@@ -11,7 +11,10 @@ The tests take these through ``tests/cluster_fakes.py``.
 
 from __future__ import annotations
 
+import io
 import uuid
+import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +37,17 @@ LIST_EXCLUDED = frozenset(
 
 def uid() -> str:
     return str(uuid.uuid4())
+
+
+def vnf_package(files: Mapping[str, str | bytes]) -> bytes:
+    """A VNF package (CSAR) zip holding ``files``, with a TOSCA.meta unless they give one."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        if "TOSCA-Metadata/TOSCA.meta" not in files:
+            archive.writestr("TOSCA-Metadata/TOSCA.meta", "TOSCA-Meta-File-Version: 1.0\n")
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
 
 
 @dataclass
@@ -89,6 +103,14 @@ class FakeTacker:
         if not self.register_vims:
             return None
         return self.vims.setdefault(name, uid())
+
+    def onboard(
+        self, instance_id: str, files: Mapping[str, str | bytes], vnfd_id: str = "vnfd-1"
+    ) -> str:
+        """Give the instance an onboarded VNF package holding ``files``; its vnfdId."""
+        self.instances[instance_id]["vnfdId"] = vnfd_id
+        self.packages[vnfd_id] = vnf_package(files)
+        return vnfd_id
 
     async def vnf_package_content(self, vnfd_id: str) -> bytes:
         self.gets += 1

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from handlers.toolkit.topology import Topology, discover
+from schemas.cluster_params import K8sClusterInstallationParams, parse_cluster_params
 from subscriber.errors import SkipStep
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
 from subscriber.kernel.ports import CommandResult, SshTarget
@@ -36,6 +38,7 @@ from testbed.cluster_vnf import (
     remove_vnfc,
     server_at,
     uid,
+    vnf_package,
 )
 
 __all__ = [
@@ -55,7 +58,9 @@ __all__ = [
     "rebuild_vnfc",
     "remove_vnfc",
     "server_at",
+    "topology",
     "uid",
+    "vnf_package",
     "with_services",
 ]
 
@@ -205,6 +210,14 @@ class FakeSsh:
         same = self.files.get(key) == data and self.modes.get(key) == argv[5]
         self.files[key], self.modes[key] = data, argv[5]
         return "unchanged" if same else "changed"
+
+
+async def topology(data: dict[str, Any]) -> tuple[Topology, K8sClusterInstallationParams]:
+    """What discovery finds of one master (10.9.0.2) and two workers with ``data`` as
+    additionalParams, and those parameters parsed."""
+    tacker, openstack, inst, _ = cluster_vnf(["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data)
+    params = parse_cluster_params(data)
+    return await discover(tacker.instances[inst], params, openstack), params
 
 
 def with_services(plan: Plan, services: Services) -> Plan:

@@ -6,7 +6,7 @@ import asyncio
 import base64
 import re
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,24 @@ from tests.tacker_fixtures import (  # one Tacker bed per run, for every tier
 __all__ = ["bed", "pg_url", "pytest_terminal_summary", "recorder", "tacker"]
 
 
+# The markers a tier directory gives every test in it (tests/README.md).
+TIER_MARKERS = {
+    "ssh": ("ssh",),
+    "kafka": ("kafka",),
+    "k8s": ("k8s",),
+    "e2e": ("tacker", "ssh", "e2e"),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        path = Path(str(item.fspath))
+        if here in path.parents:
+            for marker in TIER_MARKERS.get(path.relative_to(here).parts[0], ()):
+                item.add_marker(getattr(pytest.mark, marker))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,12 +71,17 @@ async def store(db_url: str) -> AsyncIterator[Store]:
         yield running
 
 
-def make_settings(db_url: str, **dispatch: Any) -> Settings:
-    return Settings(
+def make_settings(
+    db_url: str, *, update: Mapping[str, Any] | None = None, **dispatch: Any
+) -> Settings:
+    """Settings on a free loopback port and ``db_url``; ``dispatch`` settings as given, and
+    whole sections (``{"hooks": HookSettings(...)}``) replaced by ``update``."""
+    settings = Settings(
         http=HttpSettings(host="127.0.0.1", port=free_port()),
         database=DatabaseSettings(url=db_url),
         dispatch=DispatchSettings(**{"rescan_interval": 0.5, **dispatch}),
     )
+    return settings.model_copy(update=update) if update else settings
 
 
 ServiceFactory = Callable[..., Any]
@@ -72,9 +95,11 @@ async def start_service(db_url: str) -> AsyncIterator[ServiceFactory]:
     async def start(
         registry: HandlerRegistry | None = None,
         services: Services | None = None,
+        update: Mapping[str, Any] | None = None,
         **dispatch: Any,
     ) -> Service:
-        svc = Service(make_settings(db_url, **dispatch), registry=registry, services=services)
+        settings = make_settings(db_url, update=update, **dispatch)
+        svc = Service(settings, registry=registry, services=services)
         await svc.start()
         started.append(svc)
         return svc

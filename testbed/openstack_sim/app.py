@@ -80,6 +80,19 @@ class SimConfig:
     # Back each Cinder volume with a loop device (root only; see volumes.py).
     loop_volumes: bool = False
 
+    def password_auth(self, auth_url: str) -> dict[str, str]:
+        """How a client logs in with this cloud's password: openstacksdk's ``Connection``
+        keywords, and ``serve``'s ``openstack`` settings section."""
+        return {
+            "auth_url": auth_url,
+            "username": self.username,
+            "password": self.password,
+            "project_name": self.project_name,
+            "user_domain_name": self.domain,
+            "project_domain_name": self.domain,
+            "region_name": self.region,
+        }
+
 
 @dataclass(kw_only=True)
 class Fault:
@@ -165,6 +178,10 @@ class OpenStackSim:
     @property
     def auth_url(self) -> str:
         return f"{self.url}/identity/v3"
+
+    def openstack_settings(self) -> dict[str, str]:
+        """The ``openstack`` settings section (and openstacksdk login) that reach it."""
+        return self.config.password_auth(self.auth_url)
 
     async def start(self) -> None:
         """Listen; the URL is in :attr:`url` afterwards. Raises RuntimeError if started."""

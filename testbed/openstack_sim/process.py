@@ -77,18 +77,9 @@ class SimProcess:
     def control(self) -> SimControl:
         return SimControl(self.url)
 
-    def openstack_settings(self) -> dict[str, Any]:
-        """The ``openstack`` section of ``serve``'s settings that reaches this simulator."""
-        c = self.config
-        return {
-            "auth_url": self.auth_url,
-            "username": c.username,
-            "password": c.password,
-            "project_name": c.project_name,
-            "user_domain_name": c.domain,
-            "project_domain_name": c.domain,
-            "region_name": c.region,
-        }
+    def openstack_settings(self) -> dict[str, str]:
+        """The ``openstack`` settings section (and openstacksdk login) that reach it."""
+        return self.config.password_auth(self.auth_url)
 
     def vim_connection_info(self, key: str = "vim1") -> dict[str, Any]:
         return vim_connection_info(self.auth_url, self.config, key)

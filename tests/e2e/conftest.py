@@ -26,16 +26,6 @@ from tests.tacker.helpers import ServeProcess
 
 __all__ = ["hosts", "serve_config", "testhosts"]
 
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.tacker)
-            item.add_marker(pytest.mark.ssh)
-            item.add_marker(pytest.mark.e2e)
-
 
 @pytest.fixture(scope="session")
 def host_sim(hosts: Any) -> Iterator[SimProcess]:

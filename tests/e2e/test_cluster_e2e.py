@@ -62,7 +62,6 @@ TOKEN_SECRET = "Secret/default/default-token-k8svim"
 
 
 def service_settings(db_url: str, bed: tb.BedState, sim: SimProcess, hosts: Any) -> Settings:
-    c = sim.config
     return Settings(
         http=HttpSettings(host="127.0.0.1", port=free_port()),
         database=DatabaseSettings(url=db_url),
@@ -77,15 +76,7 @@ def service_settings(db_url: str, bed: tb.BedState, sim: SimProcess, hosts: Any)
             op_poll_interval=0.2,
             subscribe_on_start=True,
         ),
-        openstack=OpenStackSettings(
-            auth_url=sim.auth_url,
-            username=c.username,
-            password=c.password,
-            project_name=c.project_name,
-            user_domain_name=c.domain,
-            project_domain_name=c.domain,
-            region_name=c.region,
-        ),
+        openstack=OpenStackSettings(**sim.openstack_settings()),
         ssh=SshSettings(
             known_hosts=hosts.known_hosts,
             client_keys=(hosts.client_key,),

@@ -33,13 +33,6 @@ HOSTS = 5  # the complex flavour: three masters, two workers (simple: the first 
 _peak: dict[str, float] = {}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.k8s)
-
-
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _peak:
         return

@@ -24,13 +24,6 @@ from testbed import testhosts
 HOSTS = 5  # enough for the HA cluster: 3 masters + 2 workers
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.ssh)
-
-
 @pytest.fixture(scope="session")
 def bed() -> Iterator[Any]:
     """The session's test hosts (``testhosts.TestBed``)."""

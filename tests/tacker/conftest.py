@@ -50,15 +50,6 @@ def serve(
 @pytest.fixture(scope="session")
 def openstack_conn(sim: SimProcess) -> Iterator[Any]:
     """openstacksdk, unchanged, with password auth against the simulator's Keystone."""
-    c = sim.config
-    conn = connection.Connection(
-        auth_url=sim.auth_url,
-        username=c.username,
-        password=c.password,
-        project_name=c.project_name,
-        user_domain_name=c.domain,
-        project_domain_name=c.domain,
-        region_name=c.region,
-    )
+    conn = connection.Connection(**sim.openstack_settings())
     yield conn
     conn.close()
