@@ -95,7 +95,7 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
             if await _a_inside_apply(effects, a, pg, len(bodies)):
                 break
         else:
-            pytest.fail("replica A never ran a step in five rounds:\n" + a.log.read_text()[-3000:])
+            pytest.fail("replica A never ran a step in five rounds:\n" + a.log_text()[-3000:])
         a.signal_all(signal.SIGSTOP)
         stopped = time.time()
 
@@ -126,7 +126,7 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
         statuses = [r[0] for r in await pg_rows(pg, "SELECT status FROM events")]
         interrupted = await pg_rows(pg, "SELECT COUNT(*) FROM jobs WHERE error_class='interrupted'")
         assert statuses.count("failed") == interrupted[0][0] >= 1
-        assert "lost the lease of a running lane" in a.log.read_text()
+        assert "lost the lease of a running lane" in a.log_text()
         # Figures for the report.
         print(
             f"\nchaos SIGSTOP fencing: events sent={len(bodies)} acked={acked} "

@@ -35,11 +35,11 @@ from tests.chaos.harness import (
     Replica,
     Stream,
     check_store,
-    handler_env,
     pg_rows,
     settle,
 )
 from tests.factories import op_occ, uid
+from tests.fence_handler import handler_env
 from tests.kafka.helpers import create_topic
 
 pytestmark = [pytest.mark.chaos, pytest.mark.kafka, pytest.mark.postgres, pytest.mark.asyncio]

@@ -26,7 +26,8 @@ import pytest
 
 from testbed.private_postgres import PrivatePostgres
 from tests.backends import pg_dsn
-from tests.chaos.harness import Replica, Stream, check_store, handler_env, settle
+from tests.chaos.harness import Replica, Stream, check_store, settle
+from tests.fence_handler import handler_env
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from tests.backends import pg_database, pg_dsn
-from tests.chaos.harness import Replica, Stream, check_store, handler_env, settle
-from tests.fence_handler import marks, overlaps
+from tests.chaos.harness import Replica, Stream, check_store, settle
+from tests.fence_handler import handler_env, marks, overlaps
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 

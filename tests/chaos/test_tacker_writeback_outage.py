@@ -26,8 +26,8 @@ import pytest
 
 from tests.backends import pg_database, pg_dsn
 from tests.chaos.flaky_tacker import FlakyTacker
-from tests.chaos.harness import Replica, Stream, check_store, handler_env, pg_rows, settle
-from tests.fence_handler import marks
+from tests.chaos.harness import Replica, Stream, check_store, pg_rows, settle
+from tests.fence_handler import handler_env, marks
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 

@@ -6,11 +6,8 @@ replicas in one group (one PostgreSQL database) split the partitions.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +17,7 @@ import pytest
 from subscriber.cli.kafka import group_lag
 from subscriber.config import DatabaseSettings
 from subscriber.store import EventRow, Store
-from testbed import kafka_broker
 from tests.kafka.helpers import (
-    ROOT,
     create_topic,
     fast_settings,
     produce,
@@ -30,48 +25,30 @@ from tests.kafka.helpers import (
     uid,
     wait_until,
 )
+from tests.programs import ServeProcess
 
 _ASSIGNED = re.compile(r"kafka partitions assigned: (.*)$")
 
 
-class Serve:
-    """One ``lccn-subscriber serve`` process with Kafka ingest, logging to a file."""
+class Serve(ServeProcess):
+    """One ``lccn-subscriber serve`` process with Kafka ingest, logging (text) to a file."""
 
     def __init__(
         self, tmp_path: Path, name: str, db_url: str, bootstrap: str, topic: str, group: str
     ) -> None:
-        self.name = name
-        self.log = tmp_path / f"{name}.log"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("LCCN_")}
-        self.env.update(
-            {
-                "LCCN_DATABASE__URL": db_url,
-                "LCCN_HTTP__HOST": "127.0.0.1",
-                "LCCN_HTTP__PORT": str(kafka_broker.free_port()),
-                "LCCN_LOG__FORMAT": "text",
-                "LCCN_LOG__LEVEL": "INFO",
-                "LCCN_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "LCCN_KAFKA__TOPICS": topic,
-                "LCCN_KAFKA__GROUP_ID": group,
-                "LCCN_KAFKA__CLIENT_ID": name,
-                "LCCN_KAFKA__SESSION_TIMEOUT": "6",
-                "LCCN_KAFKA__HEARTBEAT_INTERVAL": "0.5",
-                "LCCN_KAFKA__COMMIT_INTERVAL": "0.2",
-                "LCCN_KAFKA__REVOKE_DRAIN_TIMEOUT": "2",
-            }
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "subscriber.cli", "serve"],
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-            )
+        kafka = {
+            "LCCN_LOG__LEVEL": "INFO",
+            "LCCN_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "LCCN_KAFKA__TOPICS": topic,
+            "LCCN_KAFKA__GROUP_ID": group,
+            "LCCN_KAFKA__CLIENT_ID": name,
+            "LCCN_KAFKA__SESSION_TIMEOUT": "6",
+            "LCCN_KAFKA__HEARTBEAT_INTERVAL": "0.5",
+            "LCCN_KAFKA__COMMIT_INTERVAL": "0.2",
+            "LCCN_KAFKA__REVOKE_DRAIN_TIMEOUT": "2",
+        }
+        args = ("--log-format", "text")
+        super().__init__(tmp_path, env=kafka, database=db_url, args=args, clean=True)
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None
@@ -80,15 +57,6 @@ class Serve:
     def wait(self, timeout: float = 30) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
     def last_assignment(self) -> set[str] | None:
         """The partitions of the last 'assigned' log line (None before the first)."""

@@ -7,20 +7,20 @@ Alembic keeps per-process global state, so the race is between processes.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 
 from subscriber.config import DatabaseSettings
 from subscriber.store.database import Database
 from subscriber.store.migrate import HEAD_REVISION, current_revision
 from tests import REPO
+from tests.programs import program_env
 
 
 async def _db_upgrade(url: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "subscriber.cli", "db", "upgrade", "--database", url),
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=program_env(),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )

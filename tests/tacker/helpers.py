@@ -5,11 +5,8 @@ real Tacker, and additionalParams as Tacker keeps them. Driving Tacker itself is
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,8 +15,7 @@ import yaml
 
 from testbed import tacker_bed
 from testbed.tacker_api import wait_for
-from tests import REPO
-from tests.programs import program_env
+from tests import REPO, programs
 
 __all__ = ["ServeProcess", "k8s_params"]
 
@@ -47,7 +43,7 @@ def k8s_params(flavour: str) -> dict[str, Any]:
     }
 
 
-class ServeProcess:
+class ServeProcess(programs.ServeProcess):
     """``lccn-subscriber serve`` as a subprocess on a free port with its own SQLite store.
 
     Arguments:
@@ -62,54 +58,28 @@ class ServeProcess:
     """
 
     def __init__(self, tmp: Path, config: Mapping[str, Any] | None = None) -> None:
-        self.recorded_before = 0  # the recorder's count when serve subscribed
-        self.tmp = tmp
-        self.port = tacker_bed.free_port()
-        self.db = tmp / "lccn.db"
-        self.db_url = f"sqlite+aiosqlite:///{self.db}"
-        self.log = tmp / "serve.log"
-        self.config_file: Path | None = None
+        self.config_args: tuple[str, ...] = ()
         if config is not None:
-            self.config_file = tmp / "serve.yaml"
-            self.config_file.touch(mode=0o600)  # it may hold passwords
-            self.config_file.write_text(
+            config_file = tmp / "serve.yaml"
+            config_file.touch(mode=0o600)  # it may hold passwords
+            config_file.write_text(
                 yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)))
             )
-        self.proc: subprocess.Popen[bytes] | None = None
+            self.config_args = ("--config", str(config_file))
+        args = ("--host", "127.0.0.1", *self.config_args)
+        super().__init__(tmp, args=args)
+        self.recorded_before = 0  # the recorder's count when serve subscribed
 
     @property
     def callback_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/lccn/notifications"
+        return self.url
 
-    def _exe(self) -> list[str]:
-        exe = Path(sys.executable).with_name("lccn-subscriber")
-        return [str(exe)] if exe.exists() else [sys.executable, "-m", "subscriber.cli"]
-
-    def _store_args(self) -> list[str]:
-        config = ["--config", str(self.config_file)] if self.config_file else []
-        return ["--database", self.db_url, *config]
-
-    def start(self, timeout: float = 30.0) -> None:
-        with self.log.open("ab") as out:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                [
-                    *self._exe(),
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    *self._store_args(),
-                ],
-                cwd=REPO,
-                env=program_env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+    def start(self, timeout: float = 30.0) -> ServeProcess:
+        """Start it and wait (blocking) until the callback answers."""
+        super().start()
 
         def ready() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+            assert self.alive(), self.log_text()
             try:
                 status, _, _ = tacker_bed.request("GET", self.callback_url, timeout=2)
             except OSError:
@@ -117,13 +87,14 @@ class ServeProcess:
             return status == 204
 
         wait_for(ready, timeout=timeout, what="lccn-subscriber serve to answer")
+        return self
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``lccn-subscriber ARGS --database ... [--config ...]`` (a command that takes them)."""
         out = subprocess.run(
-            [*self._exe(), *args, *self._store_args()],
+            [*programs.lccn_subscriber(), *args, "--database", self.database, *self.config_args],
             cwd=REPO,
-            env=program_env(),
+            env=programs.program_env(),
             capture_output=True,
             text=True,
             timeout=60,
@@ -141,23 +112,3 @@ class ServeProcess:
     def event(self, event_id: int) -> dict[str, Any]:
         """``lccn-subscriber events show ID``: the event with its jobs and their steps."""
         return json.loads(self.cli("events", "show", str(event_id)).stdout)  # type: ignore[no-any-return]
-
-    def rows(self, sql: str, *args: object) -> list[tuple[Any, ...]]:
-        """A read of the store's tables (what the CLI does not show, e.g. the inventory)."""
-        with contextlib.closing(sqlite3.connect(self.db, timeout=10)) as conn:
-            return conn.execute(sql, args).fetchall()
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no flush; what the store holds is what a crash leaves."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
