@@ -1,11 +1,12 @@
-"""The in-memory fakes of the unit tests, in one place.
+"""The in-memory fakes of the cluster handlers' tests, in one place.
 
 :class:`FakeSsh` is the one SSH executor of the unit tests: scripted answers by
 command pattern, a record of what ran, the files written. The in-memory Tacker
 and OpenStack (:class:`FakeTacker`, :class:`FakeOpenStack`, :func:`cluster_vnf`
 and the SCALE/HEAL changes) live in :mod:`testbed.cluster_vnf`, which the
 benchmarks use too; they are imported here so that a test finds every fake in
-one module.
+one module. :func:`cluster_service` runs the cluster handlers in a real Service
+against them (on real nodes in the ``ssh`` and ``k8s`` tiers).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from typing import Any
 
 import pytest
 
+from handlers import default_registry
 from handlers.toolkit.topology import Topology, discover
 from schemas.cluster_params import K8sClusterInstallationParams, parse_cluster_params
+from subscriber.config import ClusterSettings, SshSettings
 from subscriber.errors import SkipStep
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
-from subscriber.kernel.ports import CommandResult, SshTarget
+from subscriber.kernel.ports import CommandResult, SshExecutor, SshTarget
+from subscriber.service import Service
 from testbed.cluster_vnf import (
     MASTER_CP,
     VIP_CP,
@@ -40,6 +44,7 @@ from testbed.cluster_vnf import (
     uid,
     vnf_package,
 )
+from tests.conftest import make_settings
 
 __all__ = [
     "MASTER_CP",
@@ -52,6 +57,7 @@ __all__ = [
     "Reply",
     "add_worker",
     "assert_only_new_nodes",
+    "cluster_service",
     "cluster_vnf",
     "k8s_params",
     "lcm_op_occ",
@@ -218,6 +224,32 @@ async def topology(data: dict[str, Any]) -> tuple[Topology, K8sClusterInstallati
     tacker, openstack, inst, _ = cluster_vnf(["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data)
     params = parse_cluster_params(data)
     return await discover(tacker.instances[inst], params, openstack), params
+
+
+async def cluster_service(
+    db_url: str,
+    tacker: FakeTacker,
+    openstack: FakeOpenStack,
+    cluster: ClusterSettings,
+    *,
+    ssh: SshSettings | None = None,
+    executor: SshExecutor | None = None,
+    update: Mapping[str, Any] | None = None,
+    **dispatch: Any,
+) -> Service:
+    """A started Service whose cluster handlers build on real nodes (over ``ssh``, or
+    through ``executor``) and read these Tacker and OpenStack; the caller stops it.
+
+    ``update`` replaces more settings sections (``{"hooks": ...}``), ``dispatch`` sets
+    dispatch settings."""
+    sections: dict[str, Any] = {"cluster": cluster, **({"ssh": ssh} if ssh else {})}
+    svc = Service(
+        make_settings(db_url, update={**sections, **(update or {})}, **dispatch),
+        registry=default_registry(cluster=cluster, cluster_handlers=True),
+        services=Services(tacker=tacker, openstack=openstack, ssh=executor),
+    )
+    await svc.start()
+    return svc
 
 
 def with_services(plan: Plan, services: Services) -> Plan:

@@ -6,7 +6,8 @@ import asyncio
 import base64
 import re
 import socket
-from collections.abc import AsyncIterator, Callable, Mapping
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,18 @@ async def start_service(db_url: str) -> AsyncIterator[ServiceFactory]:
     yield start
     for svc in reversed(started):
         await svc.stop()
+
+
+@pytest.fixture
+def loop_device(tmp_path: Path) -> Iterator[str]:
+    """A 64 MiB loop device over a file of this test (root); detached afterwards."""
+    image = tmp_path / "loop.img"
+    with image.open("wb") as fh:
+        fh.truncate(64 * 1024 * 1024)
+    argv = ["losetup", "--find", "--show", str(image)]
+    dev = subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+    yield dev
+    subprocess.run(["losetup", "--detach", dev], check=False)
 
 
 @pytest.fixture

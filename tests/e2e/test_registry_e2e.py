@@ -42,20 +42,9 @@ CA_PATH = "Files/registry/ca.crt"
 
 @pytest.fixture(scope="module")
 def e2e_registry(hosts: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if (why := test_registry.missing()) is not None:
-        pytest.fail(why)
-    host = hosts.hosts[-1]
-    server = test_registry.start(
-        host.namespace,
-        host.address,
-        tmp_path_factory.mktemp("registry"),
-        username=USER,
-        password=PASSWORD,
-    )
-    try:
+    root = tmp_path_factory.mktemp("registry")
+    with test_registry.serving(hosts.hosts[-1], root, username=USER, password=PASSWORD) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

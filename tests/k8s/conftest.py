@@ -145,3 +145,12 @@ def restore_hostnames(bed: TestBed) -> None:
     """Give the hosts their own names back (the cluster flows rename them)."""
     for host in bed.hosts:
         subprocess.run(["nsenter", "-t", str(host.pid), "-u", "hostname", host.name], check=False)
+
+
+@pytest.fixture
+def hosts(k8s_hosts: TestBed) -> Iterator[TestBed]:
+    """The session's hosts with no cluster on them, and none left after the test."""
+    testhosts.reset_cluster(k8s_hosts)
+    yield k8s_hosts
+    testhosts.reset_cluster(k8s_hosts)
+    restore_hostnames(k8s_hosts)

@@ -31,6 +31,7 @@ from subscriber.errors import (
     TransientStepError,
 )
 from subscriber.kernel import Services, Step
+from tests import REPO
 from tests.cluster_fakes import (
     Call,
     FakeSsh,
@@ -291,7 +292,7 @@ def test_registry_step_follows_the_joins_in_every_building_plan(handler: Any) ->
 
 
 def test_registry_module_paths_are_where_the_readme_says() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     for path in (registry.AUTH_CONFIG, registry.CERTS_D):
         assert path in readme
 

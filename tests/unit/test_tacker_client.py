@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -31,6 +30,7 @@ from subscriber.store import Store
 from subscriber.tacker import EchoFilter, TackerClient
 from subscriber.tacker.echo import is_own_patch
 from subscriber.tacker.reconciler import implied_states, notification_status, synthesise
+from tests import REPO
 from tests.conftest import make_settings, scrape
 from tests.factories import op_occ
 from tests.unit.scripted_tacker import ScriptedTacker
@@ -312,7 +312,7 @@ async def test_echo_filter_reads_its_ledger_port_and_checks_open_notes_with_tack
 
 
 def test_the_client_and_the_echo_filter_do_not_import_the_store() -> None:
-    package = Path(__file__).resolve().parents[2] / "subscriber" / "tacker"
+    package = REPO / "subscriber" / "tacker"
     for name in ("client.py", "echo.py", "ports.py"):
         tree = ast.parse((package / name).read_text())
         imported = {
