@@ -113,7 +113,7 @@ class Service(Component):
         # A worker's job writes give way to ingest's appends on a shared SQLite file.
         self.store = Store(settings.database, low_priority=role == "worker")
         # Its own registry per Service (never the global one); /metrics serves it.
-        self.metrics = Metrics()
+        self.metrics = Metrics(tacker_side="ingest" if role == "ingest" else "work")
         self.store.events.add_observer(self.metrics.observe_appends)
         # The clients steps use. Ours start and stop with the service; those the
         # caller hands in (and which win over ours) are the caller's to manage.
@@ -126,7 +126,9 @@ class Service(Component):
             self.openstack = OpenStackClient(settings.openstack)
         self.tacker: TackerClient | None = None
         if given.tacker is None and settings.tacker.configured:
-            self.tacker = TackerClient(settings.tacker, echo=self.store.tacker)
+            self.tacker = TackerClient(
+                settings.tacker, echo=self.store.tacker, on_retry=self.metrics.tacker_retried
+            )
         own = Services(
             ssh=self.ssh,
             tacker=self.tacker,

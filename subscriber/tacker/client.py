@@ -22,8 +22,7 @@ import logging
 import random
 import time
 import uuid
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import quote
@@ -155,6 +154,8 @@ class TackerClient(Component):
             filter reads it; the service gives the store's ``tacker`` part);
             ``None`` in tools that never write back.
         auth: override the auth built from ``settings`` (tests).
+        on_retry: called with the status (0: no answer) of each answer that is about
+            to be retried (the service counts them in ``lccn_tacker_retries``).
 
     Usage::
 
@@ -168,15 +169,15 @@ class TackerClient(Component):
         *,
         echo: EchoRecorder | None = None,
         auth: TackerAuth | None = None,
+        on_retry: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
         self._echo = echo
         self._auth_override = auth
+        self._on_retry = on_retry
         self._auth: TackerAuth | None = None
         self._session: aiohttp.ClientSession | None = None
-        # Retried answers by status (0: no answer), for tests and diagnostics.
-        self.retried: Counter[int] = Counter()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -285,7 +286,8 @@ class TackerClient(Component):
                 raise type(error)(
                     f"{error.message} (after {attempt} attempts)", status=error.status
                 ) from error
-            self.retried[error.status or 0] += 1
+            if self._on_retry is not None:
+                self._on_retry(error.status or 0)
             delay = self._backoff(attempt)
             log.debug(
                 "tacker call will be retried",

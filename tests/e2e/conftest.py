@@ -17,23 +17,14 @@ from typing import Any
 
 import pytest
 
-from tests.openstack_sim.process import SimProcess
+from testbed import tacker_bed as tb
+from testbed import testhosts
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import TackerClient, wait_for
 from tests.ssh.conftest import bed as hosts
-from tests.tacker.helpers import ServeProcess, TackerClient, wait_for
-from tests.testbed import tacker_bed as tb
-from tests.testbed import testhosts
+from tests.tacker.helpers import ServeProcess
 
 __all__ = ["callback_auth", "hosts", "serve_config", "testhosts"]
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.tacker)
-            item.add_marker(pytest.mark.ssh)
-            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,8 @@ from schemas.cluster_params import NfsServerSetup
 
 
 @pytest.fixture
-def device(tmp_path: Path) -> Iterator[str]:
-    image = tmp_path / "volume.img"
-    with image.open("wb") as fh:
-        fh.truncate(16 * 1024 * 1024)
-    dev = subprocess.run(
-        ["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    yield dev
-    subprocess.run(["losetup", "--detach", dev], check=False)
+def device(loop_device: str) -> str:
+    return loop_device
 
 
 def volume(*steps: str) -> subprocess.CompletedProcess[str]:

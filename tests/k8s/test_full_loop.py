@@ -28,6 +28,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from testbed import tacker_bed
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import TackerClient, unique_name, wait_for
+from testbed.testhosts import TestBed
 from tests.k8s.full_loop import (
     K8S_VIM_TYPE,
     VIM_KEY,
@@ -39,10 +43,7 @@ from tests.k8s.full_loop import (
     terminate_and_delete,
 )
 from tests.k8s.helpers import api_get
-from tests.openstack_sim.process import SimProcess
-from tests.tacker.helpers import ServeProcess, TackerClient, unique_name, wait_for
-from tests.testbed import tacker_bed
-from tests.testbed.testhosts import TestBed
+from tests.tacker.helpers import ServeProcess
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
 

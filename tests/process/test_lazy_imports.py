@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +21,8 @@ import aiohttp
 
 from subscriber.store.migrate import HEAD_REVISION
 from tests import REPO
-from tests.conftest import free_port
 from tests.factories import op_occ
+from tests.programs import ServeProcess, cli, program_env
 
 # Top-level names; a submodule counts as its package.
 UNUSED = (
@@ -38,12 +36,6 @@ UNUSED = (
     "asyncpg",
     "cryptography",
 )
-
-
-def _env() -> dict[str, str]:
-    """The production defaults: no setting from this machine's environment or home."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LCCN_")}
-    return {**env, "PYTHONPATH": str(REPO), "LCCN_HOME": str(REPO / ".no-such-home")}
 
 
 def _loaded(modules: set[str]) -> list[str]:
@@ -69,12 +61,12 @@ print(json.dumps(sorted(sys.modules)))
 
 def test_a_service_started_and_stopped_loads_none_of_them(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
-    up = [sys.executable, "-m", "subscriber.cli", "db", "upgrade", "--database", url]
-    subprocess.run(up, cwd=REPO, env=_env(), check=True, capture_output=True, timeout=60)
+    upgraded = cli("db", "upgrade", "--database", url, clean=True)
+    assert upgraded.returncode == 0, upgraded.stderr
     out = subprocess.run(
         [sys.executable, "-c", _SERVICE, url],
         cwd=REPO,
-        env=_env(),
+        env=program_env(clean=True),
         check=True,
         capture_output=True,
         text=True,
@@ -91,33 +83,21 @@ async def test_serve_migrates_a_new_store_and_its_processes_load_none_of_them(
     """``serve`` (ingest and its forked worker) on a new store, one notification handled:
     ``-X importtime`` names every module either process imports, on stderr (the
     ``db upgrade`` child that migrates the store runs without it)."""
-    db, port, log = tmp_path / "lccn.db", free_port(), tmp_path / "serve.log"
-    proc = _serve(db, port, log)
+    serve = ServeProcess(tmp_path, python=("-X", "importtime"), clean=True).start()
     try:
-        async with asyncio.timeout(60), aiohttp.ClientSession() as http:
-            base = f"http://127.0.0.1:{port}"
-            while True:
-                assert proc.poll() is None, log.read_text()[-4000:]
-                try:
-                    async with http.get(f"{base}/readyz") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-            body = op_occ(state="STARTING")
-            async with http.post(f"{base}/lccn/notifications", json=body) as resp:
-                assert resp.status == 204
-            while _status(db, str(body["vnfLcmOpOccId"])) != "done":  # the worker ran its job
+        await serve.ready()
+        body = op_occ(state="STARTING")
+        async with aiohttp.ClientSession() as http, http.post(serve.url, json=body) as resp:
+            assert resp.status == 204
+        async with asyncio.timeout(60):
+            while serve.status(str(body["vnfLcmOpOccId"])) != "done":  # the worker ran its job
                 await asyncio.sleep(0.05)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0, log.read_text()[-4000:]
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
-            (HEAD_REVISION,)
-        ]
-    text = log.read_text()
+        assert serve.proc is not None
+        serve.proc.send_signal(signal.SIGTERM)
+        assert serve.proc.wait(30) == 0, serve.log_text()[-4000:]
+    assert serve.rows("SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
+    text = serve.log_text()
     modules = {
         line.rsplit("|", 1)[1].strip()
         for line in text.splitlines()
@@ -125,18 +105,3 @@ async def test_serve_migrates_a_new_store_and_its_processes_load_none_of_them(
     }
     assert {"subscriber.service", "subscriber.dispatcher"} <= modules, text[-4000:]
     assert _loaded(modules) == []
-
-
-def _serve(db: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-X", "importtime", "-m", "subscriber.cli", "serve"]
-    argv += ["--port", str(port), "--database", f"sqlite+aiosqlite:///{db}"]
-    with log.open("wb") as out:
-        return subprocess.Popen(argv, cwd=REPO, env=_env(), stdout=out, stderr=out)
-
-
-def _status(db: Path, op_occ_id: str) -> str | None:
-    with sqlite3.connect(db, timeout=10) as conn:
-        row = conn.execute(
-            "SELECT status FROM events WHERE vnf_lcm_op_occ_id = ?", (op_occ_id,)
-        ).fetchone()
-    return None if row is None else str(row[0])

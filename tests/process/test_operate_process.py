@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import basic, free_port
+from tests.conftest import basic
 from tests.factories import op_occ, uid
 from tests.operate_handler import handler_env, runs
 from tests.programs import ServeProcess, cli
@@ -25,8 +25,7 @@ def serve(tmp_path: Path) -> Any:
     runs_file.touch()
     proc = ServeProcess(
         tmp_path,
-        free_port(),
-        {
+        env={
             **handler_env(fault, runs_file),
             "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
             "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
@@ -38,23 +37,6 @@ def serve(tmp_path: Path) -> Any:
 
 def _fault(serve: ServeProcess) -> Path:
     return Path(serve.env["LCCN_TEST_FAULT_FILE"])
-
-
-def _db(serve: ServeProcess) -> str:
-    return f"sqlite+aiosqlite:///{serve.db}"
-
-
-async def _healthy(serve: ServeProcess, timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
-        while True:
-            assert serve.proc is not None and serve.proc.poll() is None, serve.log_text()
-            try:
-                async with http.get(f"http://127.0.0.1:{serve.port}/readyz") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
 
 
 async def _status(serve: ServeProcess, event_id: int, want: str, timeout: float = 30) -> None:
@@ -80,7 +62,7 @@ async def test_replay_is_picked_up_by_a_running_serve_and_by_the_next_one(
     serve: ServeProcess,
 ) -> None:
     serve.start()
-    await _healthy(serve)
+    await serve.ready()
     pid = serve.proc.pid  # type: ignore[union-attr]
     first = op_occ(state="COMPLETED")
     assert await _post(serve.url, first) == 204
@@ -89,7 +71,7 @@ async def test_replay_is_picked_up_by_a_running_serve_and_by_the_next_one(
 
     # 1. A running server: the replay is written by the CLI, run by serve's rescan.
     _fault(serve).unlink()
-    out = cli("replay", str(event_id), "--yes", "--database", _db(serve), env=serve.env)
+    out = cli("replay", str(event_id), "--yes", "--database", serve.database, env=serve.env)
     assert out.returncode == 0, out.stderr
     await _status(serve, event_id, "done")
     assert serve.proc is not None and serve.proc.pid == pid and serve.proc.poll() is None
@@ -103,14 +85,21 @@ async def test_replay_is_picked_up_by_a_running_serve_and_by_the_next_one(
     serve.kill(signal.SIGTERM)
     _fault(serve).unlink()
     out = cli(
-        "replay", str(second_id), "--mode", "anew", "--yes", "--database", _db(serve), env=serve.env
+        "replay",
+        str(second_id),
+        "--mode",
+        "anew",
+        "--yes",
+        "--database",
+        serve.database,
+        env=serve.env,
     )
     assert out.returncode == 0, out.stderr
     assert serve.rows("SELECT status, replay_mode FROM events WHERE id = ?", second_id) == [
         ("pending", "anew")
     ]
     serve.start()
-    await _healthy(serve)
+    await serve.ready()
     await _status(serve, second_id, "done")
     modes = serve.rows("SELECT mode, status FROM jobs WHERE event_id = ? ORDER BY id", second_id)
     assert modes == [("live", "failed"), ("anew", "done")]
@@ -147,7 +136,7 @@ async def test_no_secret_reaches_a_log_line_or_the_database_files(
         }
     )
     serve.start()
-    await _healthy(serve)
+    await serve.ready()
     base = f"http://127.0.0.1:{serve.port}"
     async with aiohttp.ClientSession() as http:
         async with http.post(
@@ -179,10 +168,10 @@ async def test_no_secret_reaches_a_log_line_or_the_database_files(
     event_id = _event_id(serve, body["vnfLcmOpOccId"])
     await _status(serve, event_id, "failed")
     _fault(serve).unlink()
-    out = cli("replay", str(event_id), "--yes", "--database", _db(serve), env=serve.env)
+    out = cli("replay", str(event_id), "--yes", "--database", serve.database, env=serve.env)
     assert out.returncode == 0, out.stderr
     await _status(serve, event_id, "done")
-    shown = cli("failed", "show", str(event_id), "--database", _db(serve), env=serve.env)
+    shown = cli("failed", "show", str(event_id), "--database", serve.database, env=serve.env)
     config = cli("config", "show", env=serve.env)
     assert basic_pw not in config.stdout and client_pw not in config.stdout
     # The step output was kept (with its secret masked).

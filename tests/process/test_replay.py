@@ -15,7 +15,7 @@ import pytest
 
 from subscriber.kernel import RoutingTable
 from subscriber.service import Service
-from tests.conftest import ServiceFactory, callback_url, wait_settled
+from tests.conftest import ServiceFactory, callback_url, wait_lanes_idle, wait_settled
 from tests.factories import op_occ, uid
 from tests.operate_handler import OperateHandler, handler_env, runs
 from tests.programs import cli
@@ -164,7 +164,7 @@ async def test_dry_run_prints_the_plan_and_changes_nothing(
     later = op_occ(instance=body["vnfInstanceId"], operation="HEAL", state="COMPLETED")
     await _post(http, svc, later)
     await wait_settled(svc, 2)
-    assert await svc.dispatcher.wait_idle(10)
+    await wait_lanes_idle(http, svc)
 
     # (Leases are the running serve's own bookkeeping: a lane lets its lease
     # go a moment after its last event settles.)

@@ -10,12 +10,10 @@ simulated Keystone (real HTTP) refuses Tacker's credentials.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,10 +22,11 @@ import aiohttp
 import asyncpg
 import pytest
 
+from testbed.openstack_sim import OpenStackSim, SimConfig
 from tests import REPO
-from tests.backends import pg_database
+from tests.backends import pg_database, pg_dsn
 from tests.conftest import free_port
-from tests.openstack_sim import OpenStackSim, SimConfig
+from tests.programs import ServeProcess, cli
 
 SECRET = "S3cr3t-Passw0rd"
 
@@ -35,18 +34,9 @@ SECRET = "S3cr3t-Passw0rd"
 def run(
     *args: str, env: dict[str, str] | None = None, timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "subscriber.cli", *args],
-        cwd=REPO,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(REPO),
-            "LCCN_HOME": str(REPO / ".no-such-home"),
-            **(env or {}),
-        },
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    """The CLI with a home that holds no configuration."""
+    return cli(
+        *args, env={"LCCN_HOME": str(REPO / ".no-such-home"), **(env or {})}, timeout=timeout
     )
 
 
@@ -182,24 +172,16 @@ def test_debug_shows_the_traceback() -> None:
     assert out.stderr.strip().splitlines()[-1].startswith("lccn-subscriber: error: cannot open")
 
 
-def _serve(
-    tmp_path: Path, database: str, env: dict[str, str]
-) -> tuple[subprocess.Popen[bytes], int, Path]:
-    """``serve`` as a subprocess logging (text) to a file; returns it, its port and the log."""
-    port = free_port()
-    log = tmp_path / f"serve-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "subscriber.cli", "serve", "--log-format", "text",
-             "--port", str(port), "--database", database],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **env},
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    return proc, port, log
+def _serve(tmp_path: Path, database: str, env: dict[str, str]) -> ServeProcess:
+    """``serve`` as a subprocess logging (text) to a file."""
+    args = ("--log-format", "text")
+    return ServeProcess(tmp_path, env=env, database=database, args=args).start()
 
 
-def _stopped_within(proc: subprocess.Popen[bytes], seconds: float, log: Path) -> int:
+def _stopped_within(serve: ServeProcess, seconds: float) -> int:
     """SIGTERM, then the exit code; fails with serve's log if it outlives ``seconds``."""
+    proc, log = serve.proc, serve.log
+    assert proc is not None
     proc.send_signal(signal.SIGTERM)
     try:
         return proc.wait(seconds)
@@ -214,21 +196,20 @@ def _stopped_within(proc: subprocess.Popen[bytes], seconds: float, log: Path) ->
 async def test_kafka_down_at_start_serve_runs_and_is_not_ready(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
     kafka = {"LCCN_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
-    proc, port, log = _serve(tmp_path, url, kafka)
+    serve = _serve(tmp_path, url, kafka)
     try:
         async with aiohttp.ClientSession() as http, asyncio.timeout(60):
             while True:
-                assert proc.poll() is None, "serve exited although only Kafka is down"
+                assert serve.alive(), "serve exited although only Kafka is down"
                 try:
-                    async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                        body = await resp.json()
-                        if resp.status == 503 and "kafka" in str(body):
-                            break
+                    status, body = await serve.readyz(http)
+                    if status == 503 and "kafka" in str(body):
+                        break
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.2)
     finally:
-        assert _stopped_within(proc, 30, log) == 0
+        assert _stopped_within(serve, 30) == 0
     status = await asyncio.to_thread(
         run, "kafka", "status", env={"LCCN_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
     )
@@ -241,26 +222,26 @@ async def test_sigterm_while_starting_abandons_the_start(tmp_path: Path) -> None
     lock another session holds), not only once the start is done."""
     async with pg_database() as url:
         assert run("db", "upgrade", "--database", url).returncode == 0
-        dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+        dsn = pg_dsn(url)
         holder, watcher = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
         try:
             tx = holder.transaction()
             await tx.start()
             await holder.execute("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE")
             # The store's lock_timeout would end the wait only after a minute.
-            proc, _, log = _serve(tmp_path, url, {"LCCN_DATABASE__LOCK_TIMEOUT": "60"})
+            serve = _serve(tmp_path, url, {"LCCN_DATABASE__LOCK_TIMEOUT": "60"})
             async with asyncio.timeout(60):
                 # Another session: pg_stat_activity is a snapshot per transaction.
                 while not await watcher.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                     " AND query LIKE '%alembic_version%' AND datname = current_database()"
                 ):
-                    assert proc.poll() is None, log.read_text()
+                    assert serve.alive(), serve.log_text()
                     await asyncio.sleep(0.1)
             began = time.monotonic()
-            assert _stopped_within(proc, 20, log) == 0
+            assert _stopped_within(serve, 20) == 0
             assert time.monotonic() - began < 10
-            assert "the start is abandoned" in log.read_text()
+            assert "the start is abandoned" in serve.log_text()
             await tx.rollback()
         finally:
             await holder.close()

@@ -15,6 +15,7 @@ from tests import REPO
 from tests.conftest import ServiceFactory, callback_url
 from tests.factories import op_occ
 from tests.operate_handler import OperateHandler
+from tests.programs import program_env
 
 
 async def test_watch_shows_each_event_its_steps_and_its_outcome(
@@ -27,7 +28,7 @@ async def test_watch_shows_each_event_its_steps_and_its_outcome(
     watcher = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "subscriber.cli", "events", "watch", "--until-idle",
         "--format", "json", "--interval", "0.1", "--database", db_url,
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO, env=program_env(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:

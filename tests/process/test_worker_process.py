@@ -10,21 +10,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import asyncpg
 import pytest
 
-from tests import REPO
-from tests.backends import pg_database
-from tests.conftest import free_port
+from tests.backends import pg_dsn
 from tests.factories import op_occ
-from tests.programs import alive, children, gone, worker_pid
+from tests.programs import ServeProcess, alive, children, gone, worker_pid
 
 pytestmark = pytest.mark.asyncio
 
@@ -32,69 +27,16 @@ pytestmark = pytest.mark.asyncio
 NO_POLL = {"LCCN_DISPATCH__RESCAN_INTERVAL": "60", "LCCN_DISPATCH__REORDER_WINDOW": "0.05"}
 
 
-class Serve:
-    def __init__(self, tmp: Path, database: str, *args: str, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.log = tmp / f"serve-{self.port}.log"
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "subscriber.cli", "serve", "--log-format", "text"),
-                    *("--port", str(self.port), "--database", database, *args),
-                ],
-                cwd=REPO,
-                env={**os.environ, **env, "PYTHONPATH": str(REPO)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def readyz(self, http: aiohttp.ClientSession) -> tuple[int, dict[str, object]]:
-        async with http.get(f"{self.base}/readyz") as resp:
-            return resp.status, await resp.json()
-
-    async def ready(self, within: float = 60) -> None:
-        async with asyncio.timeout(within), aiohttp.ClientSession() as http:
-            while True:
-                assert self.proc.poll() is None, self.log.read_text()
-                try:
-                    if (await self.readyz(http))[0] == 200:
-                        return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def serve_process(tmp_path: Path, database: str, role: str) -> ServeProcess:
+    args = ("--log-format", "text", "--role", role)
+    return ServeProcess(tmp_path, env=NO_POLL, database=database, args=args).start()
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
-
-
-@pytest.fixture
-def serve(tmp_path: Path, sqlite_url: str) -> Iterator[Serve]:
-    proc = Serve(tmp_path, sqlite_url, "--role", "all", env=NO_POLL)
+def serve(tmp_path: Path, db_url: str) -> Iterator[ServeProcess]:
+    proc = serve_process(tmp_path, db_url, "all")
     yield proc
     proc.stop()
-
-
-def _status(db: Path, op_occ_id: str) -> str | None:
-    with sqlite3.connect(db, timeout=10) as conn:
-        row = conn.execute(
-            "SELECT status FROM events WHERE vnf_lcm_op_occ_id = ?", (op_occ_id,)
-        ).fetchone()
-    return None if row is None else str(row[0])
 
 
 async def _post(http: aiohttp.ClientSession, url: str) -> str:
@@ -105,7 +47,7 @@ async def _post(http: aiohttp.ClientSession, url: str) -> str:
 
 
 async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
-    serve: Serve, tmp_path: Path
+    serve: ServeProcess, tmp_path: Path
 ) -> None:
     await serve.ready()
     worker = await worker_pid(serve.proc.pid)
@@ -119,7 +61,7 @@ async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
         for _ in range(3):
             occ = await _post(http, url)
             async with asyncio.timeout(10):  # the rescan would take 60 s
-                while _status(tmp_path / "lccn.db", occ) != "done":
+                while serve.status(occ) != "done":
                     await asyncio.sleep(0.02)
         async with asyncio.timeout(10):  # the outcome is counted just after the status
             while True:
@@ -137,28 +79,25 @@ async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
 
 
 async def test_a_worker_that_dies_is_restarted_and_readyz_says_so_meanwhile(
-    serve: Serve, tmp_path: Path
+    serve: ServeProcess, tmp_path: Path
 ) -> None:
     await serve.ready()
     first = await worker_pid(serve.proc.pid)
     os.kill(first, signal.SIGKILL)
+    body = await serve.wait_readiness(False, timeout=10)
+    assert body["checks"]["worker"]["ok"] is False  # type: ignore[index]
+    await serve.ready()
     async with aiohttp.ClientSession() as http:
-        async with asyncio.timeout(10):
-            while (await serve.readyz(http))[0] != 503:
-                await asyncio.sleep(0.02)
-        _, body = await serve.readyz(http)
-        assert body["checks"]["worker"]["ok"] is False  # type: ignore[index]
-        await serve.ready()
         second = await worker_pid(serve.proc.pid)
         assert second != first and serve.proc.poll() is None
         occ = await _post(http, f"{serve.base}/lccn/notifications")
         async with asyncio.timeout(10):
-            while _status(tmp_path / "lccn.db", occ) != "done":
+            while serve.status(occ) != "done":
                 await asyncio.sleep(0.02)
     assert "worker started" in serve.log.read_text()
 
 
-async def test_sigterm_stops_the_worker_too(serve: Serve) -> None:
+async def test_sigterm_stops_the_worker_too(serve: ServeProcess) -> None:
     await serve.ready()
     worker = await worker_pid(serve.proc.pid)
     serve.proc.send_signal(signal.SIGTERM)
@@ -167,26 +106,20 @@ async def test_sigterm_stops_the_worker_too(serve: Serve) -> None:
     assert not alive(worker)
 
 
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    async with pg_database() as url:
-        yield url
-
-
 @pytest.mark.postgres
 async def test_separate_roles_on_postgresql_are_woken_by_notify(
     tmp_path: Path, pg_url: str
 ) -> None:
-    ingest = Serve(tmp_path, pg_url, "--role", "ingest", env=NO_POLL)
-    worker: Serve | None = None
+    ingest = serve_process(tmp_path, pg_url, "ingest")
+    worker: ServeProcess | None = None
     try:
         await ingest.ready()  # migrates the store
-        worker = Serve(tmp_path, pg_url, "--role", "worker", env=NO_POLL)
+        worker = serve_process(tmp_path, pg_url, "worker")
         await worker.ready()  # its own /readyz on its own port
         assert children(ingest.proc.pid) == []  # --role ingest starts no worker of its own
         async with aiohttp.ClientSession() as http:
             occ = await _post(http, f"{ingest.base}/lccn/notifications")
-            pg = pg_url.replace("postgresql+asyncpg://", "postgresql://")
+            pg = pg_dsn(pg_url)
             conn = await asyncpg.connect(pg)
             try:
                 async with asyncio.timeout(10):  # the rescan would take 60 s

@@ -19,16 +19,9 @@ import pytest
 from subscriber.config import SshSettings
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
-from tests.testbed import testhosts
+from testbed import testhosts
 
 HOSTS = 5  # enough for the HA cluster: 3 masters + 2 workers
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.ssh)
 
 
 @pytest.fixture(scope="session")

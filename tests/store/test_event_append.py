@@ -9,44 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import asyncpg
 import pytest
 
 from schemas import parse_notification
-from subscriber.config import DatabaseSettings
 from subscriber.store import AppendedEvent, NewEvent, Store
 from tests.factories import op_occ
 
 pytestmark = pytest.mark.asyncio
-
-PG = "postgresql://postgres@127.0.0.1:5432"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "sqlite":
-        async with Store(DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'e.db'}")) as s:
-            yield s
-        return
-    name = f"lccn_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(f"{PG}/postgres")
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
-        async with Store(DatabaseSettings(url=url)) as s:
-            yield s
-    finally:
-        admin = await asyncpg.connect(f"{PG}/postgres")
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
 
 
 def _event(**kwargs: str) -> NewEvent:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -25,24 +24,12 @@ from subscriber.errors import LeaseLost
 from subscriber.kernel import JobContext, Plan, Step
 from subscriber.store import EventStatus, Fence, NewEvent, Store
 from subscriber.store.jobs import StepOutcome
-from tests.backends import BACKENDS, database_url
-from tests.conftest import ServiceFactory, callback_url
+from tests.backends import pg_dsn
+from tests.conftest import ServiceFactory, callback_url, wait_lanes_idle
 from tests.factories import op_occ, uid
 from tests.recorders import registry_with
 
 pytestmark = pytest.mark.asyncio
-
-
-@pytest.fixture(params=BACKENDS)
-async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    async with database_url(request.param, tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    async with Store(DatabaseSettings(url=db_url)) as s:
-        yield s
 
 
 async def _append(store: Store, instance: str) -> int:
@@ -184,9 +171,7 @@ async def test_a_lost_renewal_cancels_the_running_step_at_once_and_stops_the_lan
     assert token is not None and token >= 2
     # At the next renewal (ttl/3), long before the step would end by itself.
     await asyncio.wait_for(handler.cancelled.wait(), 10)
-    async with asyncio.timeout(5):  # the lane stopped
-        while lane in svc.dispatcher._active:
-            await asyncio.sleep(0.02)
+    await wait_lanes_idle(http, svc, timeout=5)  # the lane stopped
     assert handler.finished == 0
     events = await svc.store.events.list()
     # Nothing was written after the loss: the step stays "running" for the new holder.
@@ -203,7 +188,7 @@ async def test_a_renewal_that_times_out_counts_as_lost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     handler = SlowStep()
-    svc, lane = await _start_slow_lane(start_service, http, handler)
+    svc, _ = await _start_slow_lane(start_service, http, handler)
 
     async def hang(fence: Fence, ttl: float) -> bool:
         await asyncio.sleep(3600)
@@ -213,50 +198,46 @@ async def test_a_renewal_that_times_out_counts_as_lost(
     # The lease is only sure until ttl after the last renewal was sent.
     await asyncio.wait_for(handler.cancelled.wait(), 10)
     assert handler.finished == 0
-    async with asyncio.timeout(5):
-        while lane in svc.dispatcher._active:
-            await asyncio.sleep(0.02)
+    await wait_lanes_idle(http, svc, timeout=5)
 
 
 @pytest.mark.postgres
 async def test_a_take_over_ends_a_session_paused_mid_statement_holding_the_lease(
-    tmp_path: Path,
+    pg_url: str,
 ) -> None:
     """A replica paused between asyncpg's Parse (answered) and its Bind keeps its session
     'active', waiting to read from it, with the lease row locked: PostgreSQL's timeouts do
     not end it. The take-over of the expired lease ends it and goes through."""
-    async with database_url("postgresql", tmp_path) as url:
-        settings = DatabaseSettings(url=url, lock_timeout=1.0)
-        async with Store(settings) as store:
-            lane = uid()
-            token = await store.leases.acquire(lane, "replica-a", ttl=0.5)
-            assert token == 1
-            paused = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
-            paused_pid = paused.get_server_pid()
+    url = pg_url
+    settings = DatabaseSettings(url=url, lock_timeout=1.0)
+    async with Store(settings) as store:
+        lane = uid()
+        token = await store.leases.acquire(lane, "replica-a", ttl=0.5)
+        assert token == 1
+        paused = await asyncpg.connect(pg_dsn(url))
+        paused_pid = paused.get_server_pid()
+        try:
+            tx = paused.transaction()
+            await tx.start()
+            # A's fenced write: the lease row is locked until its transaction ends.
+            await paused.execute("UPDATE leases SET expires_at = expires_at WHERE lane = $1", lane)
+            await paused.prepare("SELECT status FROM events WHERE id = $1")  # no Sync
+            await asyncio.sleep(1.5)  # the lease expires; A's session waits 'active'
+            started = time.monotonic()
+            assert await store.leases.acquire(lane, "replica-b", ttl=30) == 2
+            assert time.monotonic() - started < 10
+            # A's session was ended by the server (its transaction rolled back).
+            dsn = pg_dsn(url)
+            watcher = await asyncpg.connect(dsn)
             try:
-                tx = paused.transaction()
-                await tx.start()
-                # A's fenced write: the lease row is locked until its transaction ends.
-                await paused.execute(
-                    "UPDATE leases SET expires_at = expires_at WHERE lane = $1", lane
-                )
-                await paused.prepare("SELECT status FROM events WHERE id = $1")  # no Sync
-                await asyncio.sleep(1.5)  # the lease expires; A's session waits 'active'
-                started = time.monotonic()
-                assert await store.leases.acquire(lane, "replica-b", ttl=30) == 2
-                assert time.monotonic() - started < 10
-                # A's session was ended by the server (its transaction rolled back).
-                dsn = url.replace("postgresql+asyncpg://", "postgresql://")
-                watcher = await asyncpg.connect(dsn)
-                try:
-                    async with asyncio.timeout(10):
-                        while await watcher.fetchval(
-                            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", paused_pid
-                        ):
-                            await asyncio.sleep(0.05)
-                finally:
-                    await watcher.close()
+                async with asyncio.timeout(10):
+                    while await watcher.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", paused_pid
+                    ):
+                        await asyncio.sleep(0.05)
             finally:
-                paused.terminate()
-            # A healthy holder is never ended: a live lease blocks nothing but is just held.
-            assert await store.leases.acquire(lane, "replica-c", ttl=30) is None
+                await watcher.close()
+        finally:
+            paused.terminate()
+        # A healthy holder is never ended: a live lease blocks nothing but is just held.
+        assert await store.leases.acquire(lane, "replica-c", ttl=30) is None

@@ -7,24 +7,20 @@ Alembic keeps per-process global state, so the race is between processes.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
-from pathlib import Path
-
-import pytest
 
 from subscriber.config import DatabaseSettings
 from subscriber.store.database import Database
 from subscriber.store.migrate import HEAD_REVISION, current_revision
 from tests import REPO
-from tests.backends import BACKENDS, database_url
+from tests.programs import program_env
 
 
 async def _db_upgrade(url: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "subscriber.cli", "db", "upgrade", "--database", url),
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=program_env(),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -32,15 +28,11 @@ async def _db_upgrade(url: str) -> tuple[int, str]:
     return proc.returncode or 0, err.decode(errors="replace")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_concurrent_first_migrations_of_one_store_all_succeed(
-    backend: str, tmp_path: Path
-) -> None:
-    async with database_url(backend, tmp_path) as url:
-        results = await asyncio.gather(*(_db_upgrade(url) for _ in range(4)))
-        assert [err for code, err in results if code != 0] == []
-        db = Database(DatabaseSettings(url=url))
-        try:
-            assert await current_revision(db) == HEAD_REVISION
-        finally:
-            await db.dispose()
+async def test_concurrent_first_migrations_of_one_store_all_succeed(db_url: str) -> None:
+    results = await asyncio.gather(*(_db_upgrade(db_url) for _ in range(4)))
+    assert [err for code, err in results if code != 0] == []
+    db = Database(DatabaseSettings(url=db_url))
+    try:
+        assert await current_revision(db) == HEAD_REVISION
+    finally:
+        await db.dispose()

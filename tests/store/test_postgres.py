@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 
 import aiohttp
-import asyncpg
 import pytest
 
 from tests.conftest import ServiceFactory, callback_url, wait_settled
@@ -16,23 +13,10 @@ from tests.recorders import Recorder, registry_with
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio]
 
-PG = "postgresql://postgres@127.0.0.1:5432"
-
 
 @pytest.fixture
-async def db_url() -> AsyncIterator[str]:  # overrides the SQLite one for this module
-    name = f"lccn_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(f"{PG}/postgres")
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
-    admin = await asyncpg.connect(f"{PG}/postgres")
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+def db_url(pg_url: str) -> str:  # PostgreSQL alone: the multi-replica backend
+    return pg_url
 
 
 async def test_ingest_dedup_and_ordered_jobs_on_postgres(

@@ -11,8 +11,6 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -29,25 +27,12 @@ from subscriber.config import (
 from subscriber.service import Service
 from subscriber.store import EventStatus, NewEvent, PruneCounts, Store
 from subscriber.store.jobs import StepOutcome
-from tests.backends import BACKENDS, database_url
 from tests.conftest import callback_url, free_port
 from tests.factories import op_occ, uid
 from tests.programs import cli
 from tests.recorders import Recorder, registry_with
 
 pytestmark = pytest.mark.asyncio
-
-
-@pytest.fixture(params=BACKENDS)
-async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    async with database_url(request.param, tmp_path) as url:
-        yield url
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    async with Store(DatabaseSettings(url=db_url)) as s:
-        yield s
 
 
 async def _event(store: Store, status: str, steps: int = 2) -> int:

@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from schemas import Notification, parse_notification
-from subscriber.config import DatabaseSettings, DispatchSettings
+from subscriber.config import DispatchSettings
 from subscriber.errors import PermanentStepError
 from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.runner import JobOutcome, Runner
 from subscriber.store import EventStatus, JobStatus, NewEvent, StepStatus, Store
 from subscriber.store.jobs import StepOutcome
-from tests.backends import BACKENDS, database_url
 from tests.factories import op_occ, uid
 
 pytestmark = pytest.mark.asyncio
@@ -66,12 +64,6 @@ class Apply:
                 Step("finish", finish, idempotent=True),
             )
         )
-
-
-@pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    async with database_url(request.param, tmp_path) as url, Store(DatabaseSettings(url=url)) as s:
-        yield s
 
 
 async def _append(store: Store) -> int:

@@ -1,5 +1,5 @@
 """Where code may reach: SQL only in the store, the CLI's modules import downward,
-``handlers`` only from the top, and no import cycle anywhere.
+``handlers`` only from the top, no import cycle anywhere, and nothing imports the tests.
 
 Read from the source (every import statement, those inside functions too), so
 a lazy import cannot slip past.
@@ -167,3 +167,13 @@ def test_no_import_cycle() -> None:
         if v not in index:
             visit(v)
     assert cycles == []
+
+
+def test_nothing_imports_the_tests_and_the_product_no_test_bed() -> None:
+    """``tests`` imports the rest, never the other way: the demo and the benchmarks share
+    the test bed through ``testbed``, which the product itself never imports."""
+    for name, path in _modules(*PACKAGES, "testbed", "bench", "scripts").items():
+        reaches = {m for m in _imports(path) if _within(m, "tests")}
+        if name.partition(".")[0] in PACKAGES:
+            reaches |= {m for m in _imports(path) if _within(m, "testbed")}
+        assert sorted(reaches) == [], name

@@ -14,7 +14,7 @@ import json
 import os
 import pickle
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,12 @@ from handlers.results import DrainServers, Leaving
 from handlers.steps import drain_request
 from schemas import Notification
 from schemas.openapi import OPENAPI_PATH
-from subscriber.config import ClusterSettings, HookSettings
+from subscriber.config import ClusterSettings, HookSettings, HttpSettings
 from subscriber.errors import PermanentStepError
 from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.service import Service
 from tests import REPO
-from tests.conftest import callback_url, free_port, make_settings, wait_settled
+from tests.conftest import ServiceFactory, callback_url, free_port, wait_settled
 from tests.factories import op_occ, uid
 
 pytestmark = pytest.mark.asyncio
@@ -77,25 +77,19 @@ Start = Callable[..., Awaitable[Service]]
 
 
 @pytest.fixture
-async def start(db_url: str) -> AsyncIterator[Start]:
-    started: list[Service] = []
+def start(start_service: ServiceFactory) -> Start:
+    """A Service with the drain hook on (``token``), on ``port`` if given (a restart)."""
 
     async def run(
         handler: RecordingDrain, token: str = TOKEN, port: int | None = None, **dispatch: Any
     ) -> Service:
-        hooks = HookSettings(token=token)
-        settings = make_settings(db_url, **dispatch).model_copy(update={"hooks": hooks})
+        update: dict[str, Any] = {"hooks": HookSettings(token=token)}
         if port is not None:
-            http = settings.http.model_copy(update={"port": port})
-            settings = settings.model_copy(update={"http": http})
-        svc = Service(settings, routing=registry(handler))
-        await svc.start()
-        started.append(svc)
+            update["http"] = HttpSettings(host="127.0.0.1", port=port)
+        svc: Service = await start_service(registry(handler), update=update, **dispatch)
         return svc
 
-    yield run
-    for svc in reversed(started):
-        await svc.stop()
+    return run
 
 
 def hook_url(svc: Service) -> str:

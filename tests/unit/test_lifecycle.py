@@ -24,11 +24,12 @@ from subscriber.dispatcher import Dispatcher
 from subscriber.errors import ListenFailed, StoreError
 from subscriber.ingest.kafka import KafkaSource
 from subscriber.lifecycle import Component, State
+from subscriber.metrics import Metrics
 from subscriber.service import Service
 from subscriber.store import EventStatus, NewEvent, Store
 from subscriber.tacker import TackerClient
 from subscriber.tacker.reconciler import Reconciler
-from tests.conftest import make_settings
+from tests.conftest import make_settings, metric
 from tests.factories import op_occ, uid
 
 LIFECYCLE_LOG = "subscriber.lifecycle"
@@ -286,12 +287,6 @@ async def test_async_with_stops_when_the_body_raises() -> None:
 # -- through real components --------------------------------------------------------
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with Store(DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")) as s:
-        yield s
-
-
 class OpOccServer:
     """A loopback HTTP server answering ``GET .../vnf_lcm_op_occs`` with ``self.answer``."""
 
@@ -382,16 +377,23 @@ class GatedRunner:
         await self.store.events.set_status(event.id, EventStatus.DONE)
 
 
-async def test_dispatcher_wait_idle_follows_its_lanes(store: Store) -> None:
+async def test_dispatcher_lanes_active_follows_its_lanes(store: Store) -> None:
     runner = GatedRunner(store)
     settings = DispatchSettings(reorder_window=0.0, rescan_interval=60.0)
-    async with Dispatcher(store, runner, settings) as dispatcher:  # type: ignore[arg-type]
-        assert await dispatcher.wait_idle(1)
+    metrics = Metrics()
+
+    def lanes_active() -> float:
+        return metric(metrics.render().decode(), "lccn_lanes_active")
+
+    async with Dispatcher(store, runner, settings, metrics):  # type: ignore[arg-type]
+        assert lanes_active() == 0
         result = await store.events.append(_new_event(uid()))
         await asyncio.wait_for(runner.running.wait(), 10)
-        assert not await dispatcher.wait_idle(0.2)  # a lane is running
+        assert lanes_active() == 1  # a lane is running
         runner.gate.set()
-        assert await dispatcher.wait_idle(10)
+        async with asyncio.timeout(10):
+            while lanes_active() != 0:
+                await asyncio.sleep(0.02)
         event = await store.events.get(result.event_id)
         assert event is not None and event.status == EventStatus.DONE
 

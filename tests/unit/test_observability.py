@@ -9,7 +9,14 @@ import aiohttp
 
 from subscriber.health import CheckResult
 from subscriber.kernel import RoutingTable
-from tests.conftest import ServiceFactory, callback_url, metric, scrape, wait_settled
+from tests.conftest import (
+    ServiceFactory,
+    callback_url,
+    metric,
+    scrape,
+    wait_lanes_idle,
+    wait_settled,
+)
 from tests.factories import identifier, op_occ, uid
 from tests.operate_handler import OperateHandler
 
@@ -47,7 +54,7 @@ async def test_metrics_move_as_events_flow(
     ) as resp:
         assert resp.status == 204
     await wait_settled(svc, 3)
-    assert await svc.dispatcher.wait_idle(10)
+    await wait_lanes_idle(http, svc)
     await asyncio.sleep(1.1)  # past the 1 s cache of the store-backed gauges
 
     text = await scrape(http, svc)

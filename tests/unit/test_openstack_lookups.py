@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from pydantic import SecretStr
 
 from subscriber.config import OpenStackSettings
 from subscriber.errors import OpenStackAuthFailed, OpenStackNotFound, OpenStackUnavailable
 from subscriber.openstack import OpenStackClient
-from tests.openstack_sim import OpenStackSim, SimConfig
-from tests.unit.test_openstack_sim import Cloud
+from testbed.openstack_sim import OpenStackSim
+from tests.unit.sim_cloud import Cloud
 
 pytestmark = pytest.mark.asyncio
 
 
 def settings(sim: OpenStackSim, password: str | None = None) -> OpenStackSettings:
-    c = sim.config
-    return OpenStackSettings(
-        auth_url=sim.auth_url,
-        username=c.username,
-        password=SecretStr(password or c.password),
-        project_name=c.project_name,
-        user_domain_name=c.domain,
-        project_domain_name=c.domain,
-        region_name=c.region,
-    )
-
-
-@pytest.fixture
-async def cloud() -> AsyncIterator[Cloud]:
-    import aiohttp
-
-    cfg = SimConfig(server_pool="10.77.0.11-10.77.0.14", vip_pool="10.77.0.200")
-    async with OpenStackSim(cfg) as sim, aiohttp.ClientSession() as http:
-        c = Cloud(sim, http)
-        assert (await c.login()).status == 201
-        yield c
+    login = sim.openstack_settings()
+    return OpenStackSettings(**{**login, "password": SecretStr(password or login["password"])})
 
 
 async def test_ports_hosts_and_errors(cloud: Cloud) -> None:

@@ -20,7 +20,7 @@ from handlers.scale import ScaleCluster
 from handlers.steps import configure_proxy, install_helm
 from handlers.toolkit import helm, kubeadm, proxy
 from handlers.toolkit.shell import NodeShell
-from handlers.toolkit.topology import Topology, discover
+from handlers.toolkit.topology import discover
 from schemas.cluster_params import parse_cluster_params
 from subscriber.config import ClusterSettings, TackerSettings
 from subscriber.errors import ClusterParamsError, PermanentStepError, SkipStep, TackerRejected
@@ -37,6 +37,8 @@ from tests.cluster_fakes import (
     confirmed,
     k8s_params,
     run_step,
+    topology,
+    vnf_package,
 )
 from tests.unit.test_cluster_handlers import ctx_for
 
@@ -81,14 +83,6 @@ def node_ssh(*, fail_helm: bool = False) -> FakeSsh:
     else:
         ssh.on("^bash /tmp/install_helm.sh", "helm installed")
     return ssh
-
-
-async def topology(data: dict[str, Any]) -> tuple[Topology, Any]:
-    tacker, openstack, inst, _ = cluster_vnf(
-        ["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data, instance_id=None
-    )
-    params = parse_cluster_params(data)
-    return await discover(tacker.instances[inst], params, openstack), params
 
 
 def assert_no_secret(*things: Any) -> None:
@@ -238,22 +232,13 @@ def test_proxy_and_helm_steps_in_the_plans() -> None:
 # ----------------------------------------------------------------- helm
 
 
-def package(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return buf.getvalue()
-
-
 async def helm_ctx(ssh: FakeSsh, *, masters: int = 1) -> tuple[JobContext, Step, FakeTacker]:
     data = proxy_params(ha=masters > 1, helm_installation_script_path=HELM_PATH)
     ips = [f"10.9.0.{2 + i}" for i in range(masters)]
     tacker, openstack, inst, occ = cluster_vnf(
         ips, ["10.9.0.9"], params=data, vip="10.9.0.100" if masters > 1 else None
     )
-    tacker.instances[inst]["vnfdId"] = "vnfd-1"
-    tacker.packages["vnfd-1"] = package({HELM_PATH: HELM_SCRIPT})
+    tacker.onboard(inst, {HELM_PATH: HELM_SCRIPT})
     ctx = ctx_for(inst, occ, services_with(tacker, openstack, ssh))
     await confirmed(ctx)
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
@@ -297,7 +282,7 @@ async def test_helm_failure_fails_the_step_clearly_and_masked() -> None:
 async def test_helm_script_missing_from_the_package_is_permanent() -> None:
     ssh = node_ssh()
     ctx, step, tacker = await helm_ctx(ssh)
-    tacker.packages["vnfd-1"] = package({"Scripts/other.sh": b""})
+    tacker.packages["vnfd-1"] = vnf_package({"Scripts/other.sh": b""})
     with pytest.raises(PermanentStepError, match="is not in the VNF package"):
         await run_step(step, ctx)
     del tacker.packages["vnfd-1"]
@@ -311,7 +296,7 @@ async def test_helm_script_missing_from_the_package_is_permanent() -> None:
 @pytest.fixture
 async def package_server() -> AsyncIterator[tuple[str, list[web.Request]]]:
     seen: list[web.Request] = []
-    pkg = package({HELM_PATH: HELM_SCRIPT})
+    pkg = vnf_package({HELM_PATH: HELM_SCRIPT})
 
     async def index(request: web.Request) -> web.Response:
         seen.append(request)

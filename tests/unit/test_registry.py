@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import base64
 import copy
-import io
 import json
 import re
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,8 @@ from handlers.scale import ScaleCluster
 from handlers.steps import configure_registry
 from handlers.toolkit import registry
 from handlers.toolkit.shell import NodeShell
-from handlers.toolkit.topology import Topology, discover
-from schemas.cluster_params import K8sClusterInstallationParams, parse_cluster_params
+from handlers.toolkit.topology import discover
+from schemas.cluster_params import parse_cluster_params
 from subscriber.config import ClusterSettings
 from subscriber.errors import (
     ClusterParamsError,
@@ -33,6 +31,7 @@ from subscriber.errors import (
     TransientStepError,
 )
 from subscriber.kernel import Services, Step
+from tests import REPO
 from tests.cluster_fakes import (
     Call,
     FakeSsh,
@@ -41,6 +40,7 @@ from tests.cluster_fakes import (
     confirmed,
     k8s_params,
     run_step,
+    topology,
 )
 from tests.unit.test_cluster_handlers import ctx_for
 
@@ -65,15 +65,6 @@ def registry_params(**extra: Any) -> dict[str, Any]:
     ]
     data["k8s_cluster_installation_param"].update(extra)
     return data
-
-
-def package(files: Mapping[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        archive.writestr("TOSCA-Metadata/TOSCA.meta", "TOSCA-Meta-File-Version: 1.0\n")
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return buf.getvalue()
 
 
 NO_CONFIG = "no /etc/containerd/config.toml: containerd's config_path not checked"
@@ -104,14 +95,6 @@ def registry_ssh(
     for host, (status, err) in (curl_exit or {}).items():
         ssh.fail("^curl ", status, err, host=host)
     return ssh
-
-
-async def topology(data: dict[str, Any]) -> tuple[Topology, K8sClusterInstallationParams]:
-    tacker, openstack, inst, _ = cluster_vnf(
-        ["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data, instance_id=None
-    )
-    params = parse_cluster_params(data)
-    return await discover(tacker.instances[inst], params, openstack), params
 
 
 def assert_no_secret(*things: Any) -> None:
@@ -261,8 +244,7 @@ async def test_registry_login_verdicts_name_server_and_user_never_the_password()
 async def test_registry_step_every_node_on_instantiate_only_new_ones_later() -> None:
     data = registry_params()
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data)
-    tacker.instances[inst]["vnfdId"] = "vnfd-registry"
-    tacker.packages["vnfd-registry"] = package({CA_PATH: CA})
+    tacker.onboard(inst, {CA_PATH: CA})
     ssh = registry_ssh()
     ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=ssh))
     await confirmed(ctx)
@@ -286,8 +268,7 @@ async def test_registry_step_refuses_a_missing_or_bad_certificate_and_skips_with
     ):
         data = registry_params()
         tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], [], params=data)
-        tacker.instances[inst]["vnfdId"] = "vnfd-registry"
-        tacker.packages["vnfd-registry"] = package(files)
+        tacker.onboard(inst, files)
         ssh = registry_ssh()
         ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=ssh))
         await confirmed(ctx)
@@ -315,7 +296,7 @@ def test_registry_step_follows_the_joins_in_every_building_plan(handler: Any) ->
 
 
 def test_registry_module_paths_are_where_the_parameters_guide_says() -> None:
-    guide = (Path(__file__).parents[2] / "docs" / "guide" / "parameters.md").read_text()
+    guide = (REPO / "docs" / "guide" / "parameters.md").read_text()
     for path in (registry.AUTH_CONFIG, registry.CERTS_D):
         assert path in guide
 

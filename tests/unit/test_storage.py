@@ -5,11 +5,9 @@ OpenStack). The node-side scripts themselves run for real in ``tests/host/test_s
 from __future__ import annotations
 
 import copy
-import io
 import json
 import shlex
-import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,14 +78,6 @@ def storage_params() -> dict[str, Any]:
         ],
     )
     return data
-
-
-def package(files: Mapping[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(name, text)
-    return buf.getvalue()
 
 
 @dataclass
@@ -182,12 +172,10 @@ def storage_vnf(
             "metadata": {"stack_id": stack},
         }
     )
-    tacker.instances[inst]["vnfdId"] = VNFD
     openstack.ports[(stack, STORAGE_CP)] = PortAddresses((STORAGE_IP,))
     openstack.volumes[(stack, "storage_server_volume")] = ("/dev/vdb",)
-    tacker.packages[VNFD] = package(
-        {"Files/kubernetes/nfs-pv1.yaml": PV1, "Files/kubernetes/nfs-pv2.yaml": PV2}
-    )
+    files = {"Files/kubernetes/nfs-pv1.yaml": PV1, "Files/kubernetes/nfs-pv2.yaml": PV2}
+    tacker.onboard(inst, files, VNFD)
     return tacker, openstack, inst, occ, server
 
 

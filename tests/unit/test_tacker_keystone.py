@@ -1,4 +1,4 @@
-"""Keystone auth of the Tacker client against the simulated Keystone (tests/openstack_sim):
+"""Keystone auth of the Tacker client against the simulated Keystone (testbed/openstack_sim):
 password tokens, the catalog lookup, and wrong credentials failing clearly."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from subscriber.config import TackerSettings
 from subscriber.errors import TackerAuthError, TackerRejected
 from subscriber.tacker import TackerClient
-from tests.openstack_sim import OpenStackSim, SimConfig
-from tests.unit.test_tacker_client import FakeTacker
+from testbed.openstack_sim import OpenStackSim, SimConfig
+from tests.unit.scripted_tacker import ScriptedTacker
 
 
 @pytest.fixture
@@ -22,32 +22,19 @@ async def keystone() -> AsyncIterator[OpenStackSim]:
         yield sim
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTacker]:
-    server = FakeTacker()
-    await server.start()
-    yield server
-    await server.stop()
-
-
 def password_settings(sim: OpenStackSim, **kw: Any) -> TackerSettings:
-    c = sim.config
     base: dict[str, Any] = {
         "auth_type": "password",
-        "auth_url": sim.auth_url,
-        "username": c.username,
-        "password": c.password,
-        "project_name": c.project_name,
-        "user_domain_name": c.domain,
-        "project_domain_name": c.domain,
-        "region_name": c.region,
+        **sim.openstack_settings(),
         "retry_attempts": 2,
         "retry_initial": 0.01,
     }
     return TackerSettings(**{**base, **kw})
 
 
-async def test_password_token_is_sent_and_reused(keystone: OpenStackSim, fake: FakeTacker) -> None:
+async def test_password_token_is_sent_and_reused(
+    keystone: OpenStackSim, fake: ScriptedTacker
+) -> None:
     fake.on("GET", "/vnflcm/v2/vnf_instances/i1", (200, {"id": "i1"}))
     async with TackerClient(password_settings(keystone, endpoint=fake.url)) as client:
         await client.get_vnf_instance("i1")
@@ -59,7 +46,7 @@ async def test_password_token_is_sent_and_reused(keystone: OpenStackSim, fake: F
 
 
 async def test_wrong_password_is_one_clear_permanent_error(
-    keystone: OpenStackSim, fake: FakeTacker
+    keystone: OpenStackSim, fake: ScriptedTacker
 ) -> None:
     secret = "wrong-" + "x" * 12
     settings = password_settings(keystone, endpoint=fake.url, password=secret)

@@ -17,10 +17,12 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["NAME", "PORT", "RegistryServer", "missing", "start"]
+__all__ = ["NAME", "PORT", "RegistryServer", "missing", "serving", "start"]
 
 NAME = "registry.lccn.test"
 PORT = 5000
@@ -178,6 +180,22 @@ def start(
     )
     _wait(server, timeout)
     return server
+
+
+@contextlib.contextmanager
+def serving(host: Any, root: Path, *, username: str, password: str) -> Iterator[RegistryServer]:
+    """A registry in the network namespace of ``host`` (a test host) while the block runs.
+
+    Raises:
+        RuntimeError: no registry can run here (:func:`missing` says why), or as :func:`start`.
+    """
+    if (why := missing()) is not None:
+        raise RuntimeError(why)
+    server = start(host.namespace, host.address, root, username=username, password=password)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _htpasswd(root: Path, username: str, password: str) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.tacker.helpers import LOCK_WAITS, CallbackRecorder, TackerClient
-from tests.testbed import tacker_bed
+from testbed import tacker_bed
+from testbed.tacker_api import LOCK_WAITS, CallbackRecorder, TackerClient
 
 _timings: dict[str, float] = {}
 STARTS: list[float] = []

@@ -1,4 +1,4 @@
-"""The simulator as a child process (``python -m tests.openstack_sim``), for tests and the demo.
+"""The simulator as a child process (``python -m testbed.openstack_sim``), for tests and the demo.
 
 A process of its own keeps the simulator's event loop out of the tests' loops, and lets
 Tacker's calls be answered while a test blocks on Tacker.
@@ -50,7 +50,7 @@ class SimProcess:
         cmd = [
             sys.executable,
             "-m",
-            "tests.openstack_sim",
+            "testbed.openstack_sim",
             "--server-pool",
             self.config.server_pool,
             "--vip-pool",
@@ -77,18 +77,9 @@ class SimProcess:
     def control(self) -> SimControl:
         return SimControl(self.url)
 
-    def openstack_settings(self) -> dict[str, Any]:
-        """The ``openstack`` section of ``serve``'s settings that reaches this simulator."""
-        c = self.config
-        return {
-            "auth_url": self.auth_url,
-            "username": c.username,
-            "password": c.password,
-            "project_name": c.project_name,
-            "user_domain_name": c.domain,
-            "project_domain_name": c.domain,
-            "region_name": c.region,
-        }
+    def openstack_settings(self) -> dict[str, str]:
+        """The ``openstack`` settings section (and openstacksdk login) that reach it."""
+        return self.config.password_auth(self.auth_url)
 
     def vim_connection_info(self, key: str = "vim1") -> dict[str, Any]:
         return vim_connection_info(self.auth_url, self.config, key)

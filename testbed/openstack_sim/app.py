@@ -11,7 +11,7 @@ public, internal and admin endpoints in ``RegionOne``):
   name/id) / update (PATCH keeps what is not sent, PUT replaces) / delete, resources
   (``nested_depth``, ``with_detail``), resource show (``attributes.fixed_ips``,
   ``floating_ip_address``), ``mark_unhealthy``, template, files, events (empty).
-  The engine in :mod:`tests.openstack_sim.heat` creates the resources.
+  The engine in :mod:`testbed.openstack_sim.heat` creates the resources.
 * Glance v2 (``/image``): image list (``tag``, ``name``), show, create, upload, delete.
 * Nova v2.1 (``/compute``): ``os-availability-zone/detail``, ``servers/{id}`` with
   ``OS-EXT-SRV-ATTR:host`` and ``server_groups``, servers list, ``os-server-groups``.
@@ -79,6 +79,19 @@ class SimConfig:
     zone: str = "nova"
     # Back each Cinder volume with a loop device (root only; see volumes.py).
     loop_volumes: bool = False
+
+    def password_auth(self, auth_url: str) -> dict[str, str]:
+        """How a client logs in with this cloud's password: openstacksdk's ``Connection``
+        keywords, and ``serve``'s ``openstack`` settings section."""
+        return {
+            "auth_url": auth_url,
+            "username": self.username,
+            "password": self.password,
+            "project_name": self.project_name,
+            "user_domain_name": self.domain,
+            "project_domain_name": self.domain,
+            "region_name": self.region,
+        }
 
 
 @dataclass(kw_only=True)
@@ -165,6 +178,10 @@ class OpenStackSim:
     @property
     def auth_url(self) -> str:
         return f"{self.url}/identity/v3"
+
+    def openstack_settings(self) -> dict[str, str]:
+        """The ``openstack`` settings section (and openstacksdk login) that reach it."""
+        return self.config.password_auth(self.auth_url)
 
     async def start(self) -> None:
         """Listen; the URL is in :attr:`url` afterwards. Raises RuntimeError if started."""
