@@ -408,38 +408,37 @@ class Runner:
         job, which the next start would run again (a non-idempotent step twice)."""
         attempts = job.attempts + 1
         message = f"{step}: {failure.message}"
+        retry_at: float | None = None
+        delay = 0.0
         if failure.rejected:
-            await asyncio.shield(
-                self._store.jobs.update(
-                    job.id,
-                    event_id=job.event_id,
-                    status=JobStatus.FAILED,
-                    event_status=EventStatus.REJECTED,
-                    attempts=attempts,
-                    error_class=failure.error_class,
-                    last_error=message,
-                    final_step=checkpoint,
-                    fence=fence,
-                )
+            outcome, status, event_status = (
+                JobOutcome.REJECTED,
+                JobStatus.FAILED,
+                EventStatus.REJECTED,
             )
-            adapter.error("event rejected", extra={"step": step, "error": message})
-            return JobOutcome.REJECTED
-        if failure.retriable and attempts < self._settings.max_attempts:
+        elif failure.retriable and attempts < self._settings.max_attempts:
             delay = self.backoff(attempts)
-            await asyncio.shield(
-                self._store.jobs.update(
-                    job.id,
-                    event_id=job.event_id,
-                    status=JobStatus.RETRY,
-                    event_status=EventStatus.RETRY,
-                    attempts=attempts,
-                    next_attempt_at=time.time() + delay,
-                    error_class=failure.error_class,
-                    last_error=message,
-                    final_step=checkpoint,
-                    fence=fence,
-                )
+            retry_at = time.time() + delay
+            outcome, status, event_status = JobOutcome.RETRY, JobStatus.RETRY, EventStatus.RETRY
+        else:
+            if failure.retriable:
+                message = f"{message} (gave up after {attempts} attempts)"
+            outcome, status, event_status = JobOutcome.FAILED, JobStatus.FAILED, EventStatus.FAILED
+        await asyncio.shield(
+            self._store.jobs.update(
+                job.id,
+                event_id=job.event_id,
+                status=status,
+                event_status=event_status,
+                attempts=attempts,
+                next_attempt_at=retry_at,
+                error_class=failure.error_class,
+                last_error=message,
+                final_step=checkpoint,
+                fence=fence,
             )
+        )
+        if outcome is JobOutcome.RETRY:
             adapter.warning(
                 "job failed, will retry",
                 extra={
@@ -449,21 +448,8 @@ class Runner:
                     "error": message,
                 },
             )
-            return JobOutcome.RETRY
-        if failure.retriable:
-            message = f"{message} (gave up after {attempts} attempts)"
-        await asyncio.shield(
-            self._store.jobs.update(
-                job.id,
-                event_id=job.event_id,
-                status=JobStatus.FAILED,
-                event_status=EventStatus.FAILED,
-                attempts=attempts,
-                error_class=failure.error_class,
-                last_error=message,
-                final_step=checkpoint,
-                fence=fence,
-            )
-        )
-        adapter.error("job failed", extra={"step": step, "attempt": attempts, "error": message})
-        return JobOutcome.FAILED
+        elif outcome is JobOutcome.REJECTED:
+            adapter.error("event rejected", extra={"step": step, "error": message})
+        else:
+            adapter.error("job failed", extra={"step": step, "attempt": attempts, "error": message})
+        return outcome
