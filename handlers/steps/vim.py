@@ -105,7 +105,7 @@ def register_vim(job: ClusterJob) -> Step:
     )
 
 
-def _has_entry(instance: dict[str, Any], endpoint: str, ca: str | None) -> bool:
+def has_entry(instance: dict[str, Any], endpoint: str, ca: str | None) -> bool:
     """Whether ``vimConnectionInfo`` already holds our entry for ``endpoint`` and ``ca``.
 
     An entry for the endpoint that names another CA is a cluster built before
@@ -138,7 +138,7 @@ def write_back(job: ClusterJob) -> Step:
         tacker = ctx.services.need_tacker()
         endpoint = job.access(ctx).endpoint
         instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
-        if _has_entry(instance, endpoint, job.access(ctx).ssl_ca_cert):
+        if has_entry(instance, endpoint, job.access(ctx).ssl_ca_cert):
             raise SkipStep(
                 f"vimConnectionInfo already has {endpoint}", WrittenBack(endpoint=endpoint)
             )
