@@ -145,10 +145,10 @@ def test_handlers_list_prints_the_routing_table() -> None:
     assert rows[("INSTANTIATE", "COMPLETED")]["handler"] == "cluster-instantiate"
     assert rows[("SCALE", "COMPLETED")]["handler"] == "cluster-scale"
     assert rows[("HEAL", "COMPLETED")]["handler"] == "cluster-heal"
-    assert rows[("HEAL", "STARTING")]["steps"] == ["validate-params"]
+    assert rows[("HEAL", "STARTING")]["steps"] == ["confirm", "validate-params"]
     assert rows[("*", "*")]["handler"] == "log"
     heal = rows[("HEAL", "COMPLETED")]["steps"]
-    assert heal[:3] == ["load-params", "discover", "retire-nodes"]
+    assert heal[:4] == ["confirm", "load-params", "discover", "retire-nodes"]
     assert "join-master-<node>" in heal and heal[-1] == "reconcile-membership"
     # Without Tacker and OpenStack configured (auto), only the log handler routes.
     plain = cli("handlers", "list", "--format", "json")
