@@ -59,7 +59,7 @@ from subscriber.heap import freeze_long_lived
 from subscriber.ingest.kafka import KafkaSource
 from subscriber.store import AppendResult, EventStore, NewEvent, Store
 from subscriber.store.tables import events
-from tests.testbed import kafka_broker
+from testbed import kafka_broker
 
 PARTITIONS = 3
 STATES = (("STARTING", "START"), ("PROCESSING", "START"), ("COMPLETED", "RESULT"))
@@ -159,7 +159,7 @@ def _epoch(stamp: str | None) -> float | None:
 def floor_row(record: Any, now: float) -> dict[str, Any]:
     """The events row of one record, from its JSON alone (no schema validation).
 
-    The same values our store writes for it (tests/test_bench.py checks),
+    The same values our store writes for it (tests/unit/test_bench.py checks),
     so both sides write the same bytes.
     """
     meta = {

@@ -1,6 +1,6 @@
 """Workers joining in parallel vs one after another (Tacker's driver joins them in turn).
 
-Builds 11 real sshd hosts (tests/testbed/testhosts.py), initialises a one-master
+Builds 11 real sshd hosts (testbed/testhosts.py), initialises a one-master
 cluster with the stand-in kubeadm, gives every ``kubeadm join`` a fixed cost
 (``--join-cost``, default 1.5 s: the stand-in sleeps, like a real join waits on
 the API server and the kubelet), then times the same worker step, the
@@ -14,7 +14,7 @@ install script's ``-w`` path over SSH, for 10 workers:
   COMPLETED for 10 added worker VNFCs runs the SCALE handler (discover, scripts,
   /etc/hosts on every node, the parallel joins, labels, reconcile), timed from
   the notification's 204 to the job's end. Tacker and OpenStack are the
-  in-memory fakes of the tests (``tests/cluster_fakes.py``).
+  in-memory fakes of the tests (``testbed/cluster_vnf.py``).
 
 Each round starts from fresh connections and fresh nodes. Prints the figures,
 then ``ratio=<sequential/handler>`` as the last line. Needs root (namespaces);
@@ -35,13 +35,20 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/scale_join.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
-from benchlib import add_database_argument, backend_name, machine, scratch_database  # noqa: E402
+from benchlib import (  # noqa: E402
+    add_database_argument,
+    backend_name,
+    free_port,
+    machine,
+    notification,
+    scratch_database,
+)
 
-from schemas.cluster_params import parse_install_output  # noqa: E402
+from handlers.toolkit.install_report import parse_install_output  # noqa: E402
 from subscriber.config import SshSettings  # noqa: E402
 from subscriber.kernel.ports import SshTarget  # noqa: E402
 from subscriber.ssh import SshPool  # noqa: E402
-from tests.testbed import testhosts  # noqa: E402
+from testbed import testhosts  # noqa: E402
 
 SCRIPTS = ROOT / "handlers" / "toolkit" / "node"  # node-side files
 SCRIPT = "/tmp/install_k8s_cluster.sh"
@@ -129,7 +136,7 @@ async def handler_scale_out(bed: Any, database: str) -> tuple[float, float]:
     """(SCALE_OUT job seconds, whole run) of the real SCALE handler adding every worker."""
     import aiohttp
 
-    from handlers import default_registry
+    from handlers import default_routing
     from subscriber.config import (
         ClusterSettings,
         DatabaseSettings,
@@ -139,9 +146,7 @@ async def handler_scale_out(bed: Any, database: str) -> tuple[float, float]:
     )
     from subscriber.kernel import Services
     from subscriber.service import Service
-    from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ
-    from tests.conftest import free_port
-    from tests.factories import op_occ
+    from testbed.cluster_vnf import add_worker, cluster_vnf, k8s_params, lcm_op_occ
 
     testhosts.reset_cluster(bed)
     master, workers = bed.hosts[0], bed.hosts[1:]
@@ -159,15 +164,19 @@ async def handler_scale_out(bed: Any, database: str) -> tuple[float, float]:
     )
     svc = Service(
         config,
-        registry=default_registry(cluster=cluster, cluster_handlers=True),
+        routing=default_routing(cluster=cluster, cluster_handlers=True),
         services=Services(tacker=tacker, openstack=openstack),
     )
     url = f"http://127.0.0.1:{config.http.port}{config.http.path}"
 
     async def run(operation: str, occ_id: str) -> float:
-        body = op_occ(instance=inst, op_occ_id=occ_id, operation=operation, state="COMPLETED")
+        body = notification(inst, occ_id, operation, "COMPLETED")
         started = time.perf_counter()
-        async with aiohttp.ClientSession() as http, http.post(url, json=body) as resp:
+        headers = {"Content-Type": "application/json"}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(url, data=body, headers=headers) as resp,
+        ):
             assert resp.status == 204
         while True:
             events = [e for e in await svc.store.events.list() if e.vnf_lcm_op_occ_id == occ_id]

@@ -7,9 +7,9 @@
 * :mod:`handlers.toolkit`: the node operations those steps are made of.
 
 Handler authors import the kernel (``Plan``, ``Step``, ``JobContext``,
-``HandlerRegistry`` ...) from :mod:`subscriber.kernel`.
+``RoutingTable`` ...) from :mod:`subscriber.kernel`.
 """
 
-from handlers.routes import cluster_routes, default_registry, registry_for, services_configured
+from handlers.routes import cluster_routes, default_routing, routing_for, services_configured
 
-__all__ = ["cluster_routes", "default_registry", "registry_for", "services_configured"]
+__all__ = ["cluster_routes", "default_routing", "routing_for", "services_configured"]

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers import steps, storage_steps
-from handlers.job import ClusterHandler, ClusterJob
-from handlers.registry_steps import configure_registry
+from handlers import steps
+from handlers.handler import ClusterHandler
+from handlers.job import ClusterJob
 from subscriber.kernel import PlanItem
 
 __all__ = ["HealCluster"]
@@ -42,13 +42,13 @@ class HealCluster(ClusterHandler):
             steps.configure_proxy(job),
             steps.converge_masters(job),
             steps.join_workers(job),
-            configure_registry(job),
+            steps.configure_registry(job),
             steps.label_workers(job),
             steps.haproxy_backends(job),
             steps.install_helm(job),
-            storage_steps.storage_server(job),
-            storage_steps.nfs_client(job),
-            storage_steps.register_pvs(job),
+            steps.storage_server(job),
+            steps.nfs_client(job),
+            steps.register_pvs(job),
             steps.admin_token(job),
             steps.cluster_access(job),
             steps.write_back(job),

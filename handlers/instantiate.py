@@ -5,16 +5,16 @@ at once and fail the job with a clear message for the operator (Tacker does not
 wait for us, so this is where a typo shows first).
 
 ``INSTANTIATE / COMPLETED`` -> :class:`InstantiateCluster`; its steps are in
-:func:`InstantiateCluster.plan` (each one documented in :mod:`handlers.steps`).
+:meth:`InstantiateCluster.steps` (each one documented in :mod:`handlers.steps`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers import steps, storage_steps
-from handlers.job import ClusterHandler, ClusterJob
-from handlers.registry_steps import configure_registry
+from handlers import steps
+from handlers.handler import ClusterHandler
+from handlers.job import ClusterJob
 from handlers.validate import ValidateParams
 from subscriber.config import ClusterSettings
 from subscriber.kernel import PlanItem
@@ -37,12 +37,12 @@ class InstantiateCluster(ClusterHandler):
             steps.init_main_master(job),
             steps.join_masters(job),
             steps.join_workers(job),
-            configure_registry(job),
+            steps.configure_registry(job),
             steps.label_workers(job),
             steps.install_helm(job),
-            storage_steps.storage_server(job),
-            storage_steps.nfs_client(job),
-            storage_steps.register_pvs(job),
+            steps.storage_server(job),
+            steps.nfs_client(job),
+            steps.register_pvs(job),
             steps.admin_token(job),
             steps.cluster_access(job),
             steps.register_vim(job),

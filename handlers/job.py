@@ -1,31 +1,29 @@
-"""One job run's view of its cluster: made by a plan without I/O, filled in by its steps.
+"""What a cluster step sees of its job: the :class:`ClusterJob`.
 
 A :class:`ClusterJob` is created by a handler's ``plan`` (pure) and shared by
 the plan's steps. What it learns from the outside world it learns inside a
-step: the parameters (from Tacker, they hold passwords, so they stay in memory
-and are fetched again by the first step that needs them after a restart), and
-the topology (the ``discover`` step's checkpointed result).
+step: the op-occ and the parameters (from Tacker; the parameters hold
+passwords, so they stay in memory and are fetched again by the first step that
+needs them after a restart), and the typed results of earlier steps, read
+through its accessors (:meth:`ClusterJob.discovered`, :meth:`ClusterJob.access`
+...), which the reading step declares in its ``needs``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
-from handlers.toolkit.params import api_version, load_params, not_a_cluster
+from handlers.results import ClusterAccess, Discovered, VimRegistration
+from handlers.toolkit.params import api_version, load_params
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
 from schemas import Notification, VnfLcmOperationOccurrenceNotification
 from schemas.cluster_params import K8sClusterInstallationParams
 from subscriber.config import ClusterSettings
-from subscriber.errors import NotACluster
-from subscriber.kernel import JobContext, Plan, PlanItem, StepsFor
+from subscriber.kernel import JobContext
 from subscriber.kernel.ports import ApiVersion
 
-__all__ = ["DISCOVER", "ClusterHandler", "ClusterJob"]
-
-DISCOVER = "discover"  # the step whose result is the topology
+__all__ = ["ClusterJob"]
 
 
 class ClusterJob:
@@ -45,70 +43,43 @@ class ClusterJob:
         self.settings = settings
         self.notification = notification
         self.api: ApiVersion = api_version(notification)
+        self._op_occ: dict[str, Any] | None = None
         self._params: K8sClusterInstallationParams | None = None
+
+    async def op_occ(self, ctx: JobContext) -> dict[str, Any]:
+        """``GET vnf_lcm_op_occs/{id}`` of the notification's op-occ (once per run)."""
+        if self._op_occ is None:
+            tacker = ctx.services.need_tacker()
+            self._op_occ = await tacker.get_op_occ(self.notification.vnfLcmOpOccId)
+        return self._op_occ
 
     async def params(self, ctx: JobContext) -> K8sClusterInstallationParams:
         """The operation's parameters (fetched from Tacker once per run)."""
         if self._params is None:
-            self._params = await load_params(ctx.services.need_tacker(), self.notification)
+            self._params = await load_params(
+                ctx.services.need_tacker(), self.notification, await self.op_occ(ctx)
+            )
         return self._params
 
     async def shell(self, ctx: JobContext) -> NodeShell:
         """Root shells on the nodes with this operation's credentials."""
         return NodeShell(ctx.services.need_ssh(), self.settings, await self.params(ctx))
 
-    def topology(self, ctx: JobContext) -> Topology:
-        """The cluster as the ``discover`` step found it.
-
-        Raises:
-            RuntimeError: the plan asked for it before ``discover`` ran.
-        """
-        found = ctx.results.get(DISCOVER)
-        if found is None:
-            raise RuntimeError("the cluster's nodes are not discovered yet")
-        return Topology.from_json(found)
-
     async def vim_name(self, ctx: JobContext) -> str:
         return (await self.params(ctx)).vim_name_for(ctx.vnf_instance_id)
 
+    def discovered(self, ctx: JobContext) -> Discovered:
+        """The ``discover`` step's result (the step ``needs`` :class:`Discovered`)."""
+        return ctx.result(Discovered)
 
-class ClusterHandler:
-    """A cluster operation's handler: a name and the steps of its plan for one job.
+    def topology(self, ctx: JobContext) -> Topology:
+        """The cluster as the ``discover`` step found it."""
+        return self.discovered(ctx).topology
 
-    Subclasses set ``name`` and write :meth:`steps`; :meth:`plan` makes the
-    job's :class:`ClusterJob` (no I/O) and hands it to them.
-    """
+    def access(self, ctx: JobContext) -> ClusterAccess:
+        """The ``cluster-access`` step's endpoint and CA."""
+        return ctx.result(ClusterAccess)
 
-    name = "cluster"
-
-    def __init__(self, settings: ClusterSettings | None = None) -> None:
-        self.settings = settings or ClusterSettings()
-
-    def plan(self, notification: Notification) -> Plan:
-        items = self.steps(ClusterJob(self.settings, notification))
-        return Plan(tuple(_clusters_only(item) for item in items))
-
-    def steps(self, job: ClusterJob) -> Sequence[PlanItem]:
-        """The plan's steps for ``job``, in order (pure: make steps, do nothing)."""
-        raise NotImplementedError
-
-
-def _clusters_only(item: PlanItem) -> PlanItem:
-    """``item``, skipped once an earlier step found the VNF is not a cluster (a CNF).
-
-    The parameters step raises :class:`~subscriber.errors.NotACluster` for a CNF; every
-    later step then ends skipped with the same result (no Tacker, OpenStack or SSH
-    call), and steps expanded from such a result expand to none.
-    """
-    if isinstance(item, StepsFor):
-        expand = item.expand
-        return StepsFor(item.pattern, item.after, lambda r: () if not_a_cluster(r) else expand(r))
-    run = item.run
-
-    async def clusters_only(ctx: JobContext) -> Any:
-        found = next((r for r in ctx.results.values() if not_a_cluster(r)), None)
-        if found is not None:
-            raise NotACluster("the VNF is not a cluster (see the parameters step)", found)
-        return await run(ctx)
-
-    return dataclasses.replace(item, run=clusters_only)
+    def vim(self, ctx: JobContext) -> VimRegistration | None:
+        """The VIM ``register-vim`` registered, when the plan has that step (``wants``)."""
+        return ctx.result_if_made(VimRegistration)

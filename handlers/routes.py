@@ -17,10 +17,12 @@ from handlers.log import LogHandler
 from handlers.scale import ScaleCluster
 from handlers.terminate import TerminateCluster
 from handlers.validate import ValidateParams
+from schemas import LcmOperationStateType as State
+from schemas import LcmOperationType as Op
 from subscriber.config import ClusterSettings, Settings
-from subscriber.kernel import HandlerRegistry, Route
+from subscriber.kernel import Route, RoutingTable
 
-__all__ = ["cluster_routes", "default_registry", "registry_for", "services_configured"]
+__all__ = ["cluster_routes", "default_routing", "routing_for", "services_configured"]
 
 
 def cluster_routes(settings: ClusterSettings | None = None) -> tuple[Route, ...]:
@@ -28,40 +30,40 @@ def cluster_routes(settings: ClusterSettings | None = None) -> tuple[Route, ...]
     settings = settings or ClusterSettings()
     drain = DrainLeaving(settings)  # the drain hook's work: see subscriber/ingest/hooks.py
     return (
-        Route("INSTANTIATE", "STARTING", ValidateInstantiate(settings)),
-        Route("INSTANTIATE", "COMPLETED", InstantiateCluster(settings)),
-        Route("SCALE", "STARTING", ValidateParams("cluster-scale-validate", settings)),
-        Route("SCALE", "PROCESSING", drain),
-        Route("SCALE", "COMPLETED", ScaleCluster(settings)),
-        Route("HEAL", "STARTING", ValidateParams("cluster-heal-validate", settings)),
-        Route("HEAL", "PROCESSING", drain),
-        Route("HEAL", "COMPLETED", HealCluster(settings)),
-        Route("TERMINATE", "COMPLETED", TerminateCluster(settings)),
+        Route(Op.INSTANTIATE, State.STARTING, ValidateInstantiate(settings)),
+        Route(Op.INSTANTIATE, State.COMPLETED, InstantiateCluster(settings)),
+        Route(Op.SCALE, State.STARTING, ValidateParams("cluster-scale-validate", settings)),
+        Route(Op.SCALE, State.PROCESSING, drain),
+        Route(Op.SCALE, State.COMPLETED, ScaleCluster(settings)),
+        Route(Op.HEAL, State.STARTING, ValidateParams("cluster-heal-validate", settings)),
+        Route(Op.HEAL, State.PROCESSING, drain),
+        Route(Op.HEAL, State.COMPLETED, HealCluster(settings)),
+        Route(Op.TERMINATE, State.COMPLETED, TerminateCluster(settings)),
     )
 
 
-def default_registry(
+def default_routing(
     extra_modules: tuple[str, ...] = (),
     *,
     cluster: ClusterSettings | None = None,
     cluster_handlers: bool = False,
-) -> HandlerRegistry:
-    """The registry ``serve`` uses: configured modules, the cluster routes, then ``log``.
+) -> RoutingTable:
+    """The routing ``serve`` uses: configured modules, the cluster routes, then ``log``.
 
     Arguments:
-        extra_modules: modules whose ``register(registry)`` is called first.
+        extra_modules: modules whose ``register(routing)`` is called first.
         cluster: the ``cluster`` settings handed to the cluster handlers.
         cluster_handlers: add :func:`cluster_routes`.
 
     Raises:
         ConfigError: a module cannot be imported or has no ``register``.
     """
-    registry = HandlerRegistry()
-    registry.load_modules(extra_modules)
+    routing = RoutingTable()
+    routing.load_modules(extra_modules)
     if cluster_handlers:
-        registry.add_routes(cluster_routes(cluster))
-    registry.add_routes((Route(None, None, LogHandler()),))
-    return registry
+        routing.add_routes(cluster_routes(cluster))
+    routing.add_routes((Route(None, None, LogHandler()),))
+    return routing
 
 
 def services_configured(settings: Settings) -> frozenset[str]:
@@ -72,7 +74,7 @@ def services_configured(settings: Settings) -> frozenset[str]:
     return frozenset(names)
 
 
-def registry_for(settings: Settings, configured: Collection[str]) -> HandlerRegistry:
+def routing_for(settings: Settings, configured: Collection[str]) -> RoutingTable:
     """What ``serve`` routes: the cluster routes when ``cluster.handlers`` is ``on``, or
     ``auto`` with both Tacker and OpenStack among the ``configured`` clients.
 
@@ -81,6 +83,6 @@ def registry_for(settings: Settings, configured: Collection[str]) -> HandlerRegi
     """
     mode = settings.cluster.handlers
     cluster_on = mode == "on" or (mode == "auto" and {"tacker", "openstack"} <= set(configured))
-    return default_registry(
+    return default_routing(
         settings.handlers.modules, cluster=settings.cluster, cluster_handlers=cluster_on
     )

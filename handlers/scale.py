@@ -6,7 +6,7 @@
 ``SCALE / COMPLETED`` -> :class:`ScaleCluster`, for SCALE_OUT and SCALE_IN alike:
 the nodes now are compared with the inventory; nodes whose VNFC is gone are
 deleted (drained before, by the management-driver hook, when the VNF package
-has it: see the README), new workers get the scripts, /etc/hosts and the
+has it: see docs/guide/hooks.md), new workers get the scripts, /etc/hosts and the
 parameters' proxy and join in parallel with a fresh token, every node's /etc/hosts names exactly the
 cluster's nodes, and the job ends by making the cluster, the inventory and
 Tacker's VNFCs agree.
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers import steps, storage_steps
-from handlers.job import ClusterHandler, ClusterJob
-from handlers.registry_steps import configure_registry
+from handlers import steps
+from handlers.handler import ClusterHandler
+from handlers.job import ClusterJob
 from subscriber.kernel import PlanItem
 
 __all__ = ["ScaleCluster"]
@@ -38,8 +38,8 @@ class ScaleCluster(ClusterHandler):
             steps.configure_hosts(job),
             steps.configure_proxy(job),
             steps.join_workers(job),
-            configure_registry(job),
+            steps.configure_registry(job),
             steps.label_workers(job),
-            storage_steps.nfs_client(job),
+            steps.nfs_client(job),
             steps.reconcile_membership(job),
         )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from handlers import steps
-from handlers.job import ClusterHandler, ClusterJob
+from handlers.handler import ClusterHandler
+from handlers.job import ClusterJob
 from subscriber.config import ClusterSettings
 from subscriber.kernel import PlanItem
 

@@ -19,9 +19,10 @@ reference/TACKER.md §1.2), plus our own optional SSH fields:
 
 :func:`parse_cluster_params` validates with the API version as context and
 raises :class:`ClusterParamsError`, whose message names each bad field by its
-path and says what is wrong, never echoing a value (passwords live here).
-Also :func:`parse_install_output`: the lines ``install_k8s_cluster.sh`` prints
-on the main master, as an :class:`InstallReport`.
+path and says what is wrong, never echoing a value (passwords live here). A value
+that reaches a file, a command line or a URL is checked for what it is (a name, a
+login, an absolute path, an NFS client and its options, host[:port], a CIDR), so
+no line break, quote or syntax of the file it goes into can get through.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ from pydantic import (
 from subscriber.errors import ClusterParamsError
 
 __all__ = [
+    "EXPORT_FLAGS",
     "PARAM_KEY",
     "ApiVersion",
-    "InstallReport",
     "K8sClusterInstallationParams",
     "MasterNodeParams",
     "NodeParams",
@@ -61,7 +62,6 @@ __all__ = [
     "WorkerNodeParams",
     "apply_credential_overrides",
     "parse_cluster_params",
-    "parse_install_output",
 ]
 
 PARAM_KEY = "k8s_cluster_installation_param"
@@ -73,6 +73,8 @@ DEFAULT_SERVICE_CIDR = "10.96.0.0/12"
 def _cidr(value: str) -> str:
     # kubeadm accepts host bits (the v1 guide's own example is 192.168.3.0/16).
     try:
+        if "%" in value:  # an IPv6 scope may hold any character
+            raise ValueError
         ipaddress.ip_network(value, strict=False)
     except ValueError:
         raise ValueError("not a CIDR (like 10.0.0.0/8)") from None
@@ -81,7 +83,61 @@ def _cidr(value: str) -> str:
     return value
 
 
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+# Values that reach a file or a command on a node (or a URL) are checked for what they
+# are, not just for being strings: no value may carry a line break, a quote or a
+# character of the syntax it is written into.
+_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]*")
+_IDENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
+_LOGIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*\.?")
+# A path on a node: absolute, made of these characters only (none is syntax in
+# /etc/exports, a shell word quoted by shlex, or fstab), no "." or ".." part.
+_PATH_PART = re.compile(r"[A-Za-z0-9_.@+=:~,%\[\]-]+")
+
+
+def _identifier(value: str) -> str:
+    if not _IDENT.fullmatch(value) or value in (".", ".."):
+        raise ValueError(
+            "not a name (letters, digits and _ . - only, at most 255; like masterNode_CP1)"
+        )
+    return value
+
+
+def _login(value: str) -> str:
+    if not _LOGIN.fullmatch(value):
+        raise ValueError("not a login name (letters, digits and _ . - only, at most 32)")
+    return value
+
+
+def _printable(value: str) -> str:
+    if not _PRINTABLE.fullmatch(value):
+        raise ValueError("must not contain control characters (line breaks, tabs ...)")
+    return value
+
+
+def _node_path(value: str) -> str:
+    parts = value.split("/")
+    if (
+        not value.startswith("/")
+        or value == "/"
+        or not all(_PATH_PART.fullmatch(p) and p not in (".", "..") for p in parts[1:])
+    ):
+        raise ValueError(
+            "not an absolute path of a directory other than / (letters, digits and "
+            "_ . @ + = : ~ , % [ ] - in each part; no spaces, quotes, '#', '.' or '..' parts)"
+        )
+    return value
+
+
+Identifier = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(_identifier)]
+Login = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(_login)]
+NodePath = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(_node_path)]
+Text = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=255),
+    AfterValidator(_printable),
+]
 Cidr = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(_cidr)]
 
 
@@ -92,12 +148,12 @@ class _Params(BaseModel):
 class NodeParams(_Params):
     """What both node groups share: how to find the VMs and log in to them."""
 
-    ssh_cp_name: Name
-    nic_cp_name: Name | None = None
-    username: Name
+    ssh_cp_name: Identifier
+    nic_cp_name: Identifier | None = None
+    username: Login
     password: SecretStr | None = None
-    aspect_id: Name | None = None
-    vdu_id: Name | None = None
+    aspect_id: Identifier | None = None
+    vdu_id: Identifier | None = None
     # ours
     ssh_private_key_path: Path | None = None
     known_hosts: str | None = Field(default=None, repr=False)
@@ -127,8 +183,8 @@ class NodeParams(_Params):
 
 
 class MasterNodeParams(NodeParams):
-    cluster_cp_name: Name
-    cluster_fip_name: Name | None = None
+    cluster_cp_name: Identifier
+    cluster_fip_name: Identifier | None = None
     pod_cidr: Cidr | None = None
     cluster_cidr: Cidr | None = None
 
@@ -140,14 +196,18 @@ class WorkerNodeParams(NodeParams):
 def _proxy_url(value: str) -> str:
     # Written into apt.conf and a systemd unit, both quoted: no quote, space or
     # control character may break out (the value is never echoed: it may hold a password).
-    if not re.fullmatch(r"(http|https|socks5h?)://[^\s\"'\\]+", value):
+    if not re.fullmatch(r"(http|https|socks5h?)://[^\s\"'\\\x00-\x1f\x7f]+", value):
         raise ValueError("not a proxy URL (http://[user:password@]host:port, no spaces or quotes)")
     return value
 
 
 def _no_proxy(value: str) -> str:
-    if not re.fullmatch(r"[^\"'\\\x00-\x1f]*", value):
-        raise ValueError("a comma-separated list of hosts, addresses and CIDRs (no quotes)")
+    # Hosts, .domains, addresses and CIDRs: what no_proxy readers understand.
+    if not re.fullmatch(r"\s*[A-Za-z0-9.:/*_\[\]-]*(\s*,\s*[A-Za-z0-9.:/*_\[\]-]*)*\s*", value):
+        raise ValueError(
+            "a comma-separated list of hosts, .domains, addresses and CIDRs "
+            "(letters, digits and . : / * _ [ ] - only)"
+        )
     return value
 
 
@@ -167,20 +227,43 @@ class ProxyParams(_Params):
 
 
 def _registry_server(value: str) -> str:
-    # A directory name under /etc/containerd/certs.d and a URL's authority.
-    if not re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?", value):
-        raise ValueError("not a registry server (host or host:port, no scheme or path)")
+    # A directory name under /etc/containerd/certs.d and a URL's authority: a hostname
+    # or an IP address (IPv6 in brackets), and a port; never "..", a slash or a path.
+    match = re.fullmatch(
+        r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:/\[\]]+))(?::(?P<port>[0-9]{1,5}))?", value
+    )
+    host = match and match.group("host")
+    ok = match is not None and (
+        (host is not None and _HOSTNAME.fullmatch(host) is not None and not host.endswith("."))
+        or (match.group("v6") is not None and _is_ip(match.group("v6"), version=6))
+    )
+    port = match.group("port") if match else None
+    if not ok or (port is not None and not 1 <= int(port) <= 65535):
+        raise ValueError(
+            "not a registry server (a hostname or IP address, and :port from 1 to 65535; "
+            "no scheme, path or '..')"
+        )
     return value
+
+
+def _is_ip(text: str, *, version: int | None = None) -> bool:
+    if "%" in text:  # an IPv6 scope may hold any character, even a line break
+        return False
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return version is None or address.version == version
 
 
 def _hosts_string(value: str) -> str:
     parts = value.split()
     if "\n" in value.strip() or len(parts) < 2 or not re.fullmatch(r"[^\x00-\x1f#]*", value):
         raise ValueError("one /etc/hosts line: an address and its names")
-    try:
-        ipaddress.ip_address(parts[0])
-    except ValueError:
-        raise ValueError("one /etc/hosts line: it must start with an IP address") from None
+    if not _is_ip(parts[0]):
+        raise ValueError("one /etc/hosts line: it must start with an IP address")
+    if not all(_HOSTNAME.fullmatch(name) for name in parts[1:]):
+        raise ValueError("one /etc/hosts line: its names must be hostnames")
     return value.strip()
 
 
@@ -189,9 +272,9 @@ class PrivateRegistryParams(_Params):
     server: Annotated[
         str, StringConstraints(strip_whitespace=True), AfterValidator(_registry_server)
     ]
-    username: Name | None = None
+    username: Text | None = None
     password: SecretStr | None = None
-    certificate_path: Name | None = None
+    certificate_path: Text | None = None
     hosts_string: Annotated[str, AfterValidator(_hosts_string)] | None = None
 
     @model_validator(mode="after")
@@ -204,38 +287,118 @@ class PrivateRegistryParams(_Params):
 
 
 class CinderVolumeSetup(_Params):
-    volume_resource_id: Name
-    mount_to: Name
+    volume_resource_id: Identifier
+    mount_to: NodePath
+
+
+# exports(5) options a VNF may ask for (``no_root_squash`` only where the operator
+# allows it: cluster.nfs_allow_no_root_squash); anonuid/anongid/sec take a value.
+EXPORT_FLAGS = frozenset(
+    {
+        "rw",
+        "ro",
+        "sync",
+        "async",
+        "secure",
+        "insecure",
+        "wdelay",
+        "no_wdelay",
+        "subtree_check",
+        "no_subtree_check",
+        "root_squash",
+        "no_root_squash",
+        "all_squash",
+        "no_all_squash",
+        "hide",
+        "nohide",
+        "crossmnt",
+    }
+)
+_EXPORT_VALUE = re.compile(
+    r"(anonuid|anongid)=[0-9]{1,10}|sec=(sys|krb5|krb5i|krb5p)(:(sys|krb5|krb5i|krb5p))*"
+)
+_EXPORT_TO = re.compile(r"(?P<client>[^()\s]+)(?:\((?P<options>[^()\s]*)\))?")
+_WILDCARD_HOST = re.compile(
+    r"[A-Za-z0-9*?](?:[A-Za-z0-9*?-]*[A-Za-z0-9*?])?(?:\.[A-Za-z0-9*?](?:[A-Za-z0-9*?-]*[A-Za-z0-9*?])?)*"
+)
+
+
+def _export_client(client: str) -> bool:
+    if client == "*" or _is_ip(client):
+        return True
+    if "/" in client:
+        try:
+            _cidr(client)
+        except ValueError:
+            return False
+        return True
+    if client.startswith("@"):  # a netgroup
+        return _IDENT.fullmatch(client[1:]) is not None
+    return len(client) <= 253 and _WILDCARD_HOST.fullmatch(client) is not None
+
+
+def _export_to(value: str) -> str:
+    match = _EXPORT_TO.fullmatch(value)
+    if match is None or not _export_client(match.group("client")):
+        raise ValueError(
+            "not an NFS client: a host, an IP address, a CIDR or *, optionally with "
+            "(options), like 10.10.0.0/24 or 10.10.0.0/24(rw,sync)"
+        )
+    options = match.group("options")
+    if options is not None:
+        bad = [
+            o
+            for o in options.split(",")
+            if o not in EXPORT_FLAGS and not _EXPORT_VALUE.fullmatch(o)
+        ]
+        if bad or not options:
+            raise ValueError(
+                "options must be a comma-separated list of "
+                f"{', '.join(sorted(EXPORT_FLAGS))}, anonuid=N, anongid=N, sec=..."
+            )
+    return value
 
 
 class NfsServerSetup(_Params):
-    export_dir: Name
-    export_to: Name
+    export_dir: NodePath
+    export_to: Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(_export_to)]
+
+    @property
+    def client(self) -> str:
+        """The NFS client of ``export_to`` (a host, address, CIDR or ``*``)."""
+        return self.export_to.split("(", 1)[0]
+
+    @property
+    def options(self) -> tuple[str, ...] | None:
+        """The options ``export_to`` gives, or ``None`` (then Tacker's default applies)."""
+        if "(" not in self.export_to:
+            return None
+        return tuple(self.export_to.split("(", 1)[1].rstrip(")").split(","))
 
 
 class StorageServerParams(_Params):
-    ssh_cp_name: Name
-    username: Name
+    ssh_cp_name: Identifier
+    username: Login
     password: SecretStr
-    nic_cp_name: Name | None = None
+    nic_cp_name: Identifier | None = None
     cinder_volume_setup_params: list[CinderVolumeSetup] = []
     nfs_server_setup_params: list[NfsServerSetup] = []
 
 
 class PvRegistrationParams(_Params):
-    pv_manifest_file_path: Name
-    nfs_server_cp: Name
+    pv_manifest_file_path: Text
+    nfs_server_cp: Identifier
 
 
 class K8sClusterInstallationParams(_Params):
     """``additionalParams.k8s_cluster_installation_param`` of one request."""
 
-    script_path: Name
-    vim_name: Name | None = None
+    script_path: Text
+    vim_name: Text | None = None
     master_node: MasterNodeParams
     worker_node: WorkerNodeParams
     proxy: ProxyParams | None = None
-    helm_installation_script_path: Name | None = None
+    helm_installation_script_path: Text | None = None
     private_registry_connection_info: list[PrivateRegistryParams] = []
     storage_server: StorageServerParams | None = None
     pv_registration_params: list[PvRegistrationParams] = []
@@ -367,67 +530,3 @@ def apply_credential_overrides(
     copied = params.model_copy(update=updates)
     copied._api = params.api_version
     return copied
-
-
-# ------------------------------------------------------------- script output
-
-
-class InstallReport(_Params):
-    """What the main master's ``install_k8s_cluster.sh`` run prints for the caller."""
-
-    token: SecretStr
-    server: str
-    ssl_ca_cert: str = Field(repr=False)
-    ssl_ca_cert_hash: str
-    certificate_key: SecretStr
-
-    @property
-    def endpoint(self) -> str:
-        """``host:port`` of ``server``."""
-        return self.server.removeprefix("https://").rstrip("/")
-
-
-_LINE = re.compile(r"^(token|server|ssl_ca_cert_hash|certificate_key):(\S+)\s*$")
-_PEM = re.compile(r"-----BEGIN CERTIFICATE-----\n.*?-----END CERTIFICATE-----\n?", re.S)
-_TOKEN = re.compile(r"^[a-z0-9]{6}\.[a-z0-9]{16}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def parse_install_output(stdout: str) -> InstallReport:
-    """The :class:`InstallReport` in a main master's script output.
-
-    Raises:
-        ValueError: a line is missing or malformed (values are not echoed).
-    """
-    found: dict[str, str] = {}
-    for line in stdout.splitlines():
-        match = _LINE.match(line.strip())
-        if match:
-            found[match.group(1)] = match.group(2)
-    pem = _PEM.search(stdout)
-    problems = [
-        f"no '{name}:' line"
-        for name in ("token", "server", "ssl_ca_cert_hash", "certificate_key")
-        if name not in found
-    ]
-    if pem is None:
-        problems.append("no CA certificate (PEM)")
-    if not problems:
-        if not _TOKEN.match(found["token"]):
-            problems.append("token is not a kubeadm bootstrap token")
-        if not found["server"].startswith("https://"):
-            problems.append("server is not an https URL")
-        if not _HEX64.match(found["ssl_ca_cert_hash"]):
-            problems.append("ssl_ca_cert_hash is not 64 hex digits")
-        if not _HEX64.match(found["certificate_key"]):
-            problems.append("certificate_key is not 64 hex digits")
-    if problems:
-        raise ValueError(f"install_k8s_cluster.sh output: {'; '.join(problems)}")
-    assert pem is not None
-    return InstallReport(
-        token=SecretStr(found["token"]),
-        server=found["server"],
-        ssl_ca_cert=pem.group(0) if pem.group(0).endswith("\n") else pem.group(0) + "\n",
-        ssl_ca_cert_hash=found["ssl_ca_cert_hash"],
-        certificate_key=SecretStr(found["certificate_key"]),
-    )

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DRAIN_HANDLER", "REQUEST_STEP", "SELECT_STEP", "DrainRequest", "drain_key"]
+from schemas.ids import ResourceId
 
-DRAIN_HANDLER = "cluster-drain"  # the handler whose job answers a drain request
-REQUEST_STEP = "drain-request"  # its step whose result lists the servers it drains
-SELECT_STEP = "select-leaving"  # its step whose result lists their nodes
-
-NonEmpty = Annotated[str, StringConstraints(min_length=1, max_length=255, strip_whitespace=True)]
+__all__ = ["DrainRequest", "drain_key"]
 
 
 class DrainRequest(BaseModel):
@@ -26,10 +22,10 @@ class DrainRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    vnfInstanceId: NonEmpty
-    vnfLcmOpOccId: NonEmpty
+    vnfInstanceId: ResourceId
+    vnfLcmOpOccId: ResourceId
     operation: Literal["SCALE", "HEAL"]
-    servers: Annotated[list[NonEmpty], Field(min_length=1, max_length=1000)]
+    servers: Annotated[list[ResourceId], Field(min_length=1, max_length=1000)]
 
 
 def drain_key(op_occ_id: str) -> str:

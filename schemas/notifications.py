@@ -19,6 +19,7 @@ from schemas.enums import (
     NotificationType,
     Verbosity,
 )
+from schemas.ids import ResourceId
 from schemas.problem import ProblemDetails
 from subscriber.errors import NotificationParseError
 
@@ -73,10 +74,12 @@ class VnfInfoModifications(_Open):
 
 
 class _NotificationBase(_Open):
-    id: str = Field(min_length=1)
-    subscriptionId: str
+    # Ids reach the store's columns and Tacker's URLs: their shape is checked here
+    # (schemas.ids), so a bad one is refused for its own request, never later.
+    id: ResourceId
+    subscriptionId: ResourceId
     timeStamp: str
-    vnfInstanceId: str = Field(min_length=1)
+    vnfInstanceId: ResourceId
 
 
 class VnfLcmOperationOccurrenceNotification(_NotificationBase):
@@ -85,7 +88,7 @@ class VnfLcmOperationOccurrenceNotification(_NotificationBase):
     operationState: LcmOperationStateType
     operation: LcmOperationType
     isAutomaticInvocation: bool
-    vnfLcmOpOccId: str = Field(min_length=1)
+    vnfLcmOpOccId: ResourceId
     verbosity: Verbosity | None = None
     affectedVnfcs: list[dict[str, Any]] | None = None
     affectedVirtualLinks: list[dict[str, Any]] | None = None

@@ -12,7 +12,7 @@ What is real and what is simulated (the tests' beds, see docs/contributing.md):
   ``--kubernetes real`` they run the real kubeadm, kube-apiserver, etcd, kubectl
   built by ``scripts/setup.d/40-k8s.sh`` (only the kubelet is a stand-in process);
   ``--kubernetes standin`` uses the stand-in tools (faster, no API server to reach);
-- OpenStack is the simulator (``tests/openstack_sim``): its servers get the hosts'
+- OpenStack is the simulator (``testbed/openstack_sim``): its servers get the hosts'
   addresses, so what Tacker's Heat stack creates is what ``serve`` reaches;
 - Tacker and ``serve`` are the real programs, ``serve`` a subprocess configured by a
   TOML file the demo writes (printed with ``--show-config``), as an operator would.
@@ -46,16 +46,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.cluster_fakes import k8s_params  # noqa: E402
-from tests.openstack_sim.process import SimProcess  # noqa: E402
-from tests.tacker.helpers import (  # noqa: E402
+from testbed import tacker_bed, testhosts  # noqa: E402
+from testbed.cluster_vnf import k8s_params  # noqa: E402
+from testbed.openstack_sim.process import SimProcess  # noqa: E402
+from testbed.tacker_api import (  # noqa: E402
     CallbackRecorder,
     TackerClient,
     ext_virtual_links,
     unique_name,
     wait_for,
 )
-from tests.testbed import tacker_bed, testhosts  # noqa: E402
 
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
 K8S_VIM = "ETSINFV.KUBERNETES.V_1"
@@ -385,6 +385,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                 "ssh": {
                     "known_hosts": str(hosts.known_hosts),
                     "client_keys": [str(hosts.client_key)],
+                    "key_dir": str(hosts.client_key.parent),
                     "connect_timeout": 5.0,
                 },
                 "cluster": {

@@ -11,6 +11,7 @@ Each component receives only its own section. Times are float seconds named
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -48,6 +49,7 @@ __all__ = [
     "TackerSettings",
     "default_data_dir",
     "default_database_path",
+    "is_loopback",
     "load_settings",
     "masked",
     "parse_duration",
@@ -77,8 +79,26 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``); wildcards are not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class HttpSettings(_Section):
-    """The callback listener Tacker POSTs notifications to."""
+    """The callback listener Tacker POSTs notifications to, and where the probes live.
+
+    ``/metrics`` and ``/readyz`` are open only on a private listener. With a
+    loopback ``host`` (the default) that is the callback listener itself. With
+    any other ``host``, or with ``metrics_host`` set, they are served openly
+    on a listener of their own, ``metrics_host`` (default ``127.0.0.1``) on
+    ``metrics_port`` (0: a free port); on the callback listener they then need
+    the callback's credentials. ``/healthz`` (liveness) is open everywhere.
+    """
 
     host: str = "127.0.0.1"
     """Address the callback listener binds to (``0.0.0.0``: every address of the host)."""
@@ -89,6 +109,12 @@ class HttpSettings(_Section):
     subscription."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     """Largest notification body accepted, in bytes; a larger one is refused with 413."""
+    metrics_host: str = ""
+    """Where ``/metrics`` and ``/readyz`` are served when ``host`` is not loopback (default
+    ``127.0.0.1``); on the callback listener they then need the callback's credentials."""
+    metrics_port: int = Field(default=9765, ge=0, le=65535)
+    """The port of that private listener (``0`` picks a free one, logged as
+    ``metrics listening``)."""
 
     @field_validator("path")
     @classmethod
@@ -96,6 +122,26 @@ class HttpSettings(_Section):
         if not value.startswith("/"):
             raise ValueError("must start with '/'")
         return value.rstrip("/") or "/"
+
+    @model_validator(mode="after")
+    def _listeners_differ(self) -> HttpSettings:
+        listener = self.probes_listener()
+        if listener is not None and listener == (self.host, self.port) and self.port != 0:
+            raise ValueError(
+                "http.metrics_host:metrics_port is the callback listener itself: "
+                "give the metrics listener another port (or leave metrics_host empty)"
+            )
+        return self
+
+    def probes_listener(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the listener that serves ``/metrics`` and ``/readyz`` openly,
+        or ``None`` when the callback listener does (a loopback ``host``, no ``metrics_host``).
+        """
+        if self.metrics_host:
+            return self.metrics_host, self.metrics_port
+        if is_loopback(self.host):
+            return None
+        return "127.0.0.1", self.metrics_port
 
 
 class DatabaseSettings(_Section):
@@ -231,8 +277,11 @@ class SshSettings(_Section):
     Host keys are pinned: ``strict`` accepts only keys listed in
     ``known_hosts``; ``accept-new`` records the key of a host seen for the
     first time there (trust on first use) and still rejects a changed key.
-    ``client_keys`` are tried for every host, before any password a VNF's
-    parameters carry.
+    A job logs in with what its parameters give (a password, or an
+    ``ssh_private_key_path`` under ``key_dir``); ``client_keys`` are offered only
+    to a target whose parameters give neither. A pooled connection is shared only
+    by jobs presenting the same credentials and pinned host keys, and is closed
+    after ``idle_timeout`` seconds unused.
     """
 
     known_hosts: Path | None = None
@@ -242,8 +291,15 @@ class SshSettings(_Section):
     """``strict``: only keys listed in ``known_hosts``; ``accept-new``: trust on first use, still
     rejecting a changed key."""
     client_keys: Annotated[tuple[Path, ...], NoDecode] = ()
-    """Private key files tried for every host, before any password a VNF's parameters carry.
-    Environment: ``a,b`` or a JSON list."""
+    """The operator's private key files, offered only to a host whose parameters give neither a
+    key nor a password of their own. Environment: ``a,b`` or a JSON list."""
+    key_dir: Path | None = None
+    """The directory a VNF's ``ssh_private_key_path`` must lie in once every symlink is
+    resolved; unset: no parameter may name a key file."""
+    max_key_bytes: int = Field(default=64 * 1024, ge=1024)
+    """The largest private key file read for an ``ssh_private_key_path``."""
+    idle_timeout: float = Field(default=60.0, gt=0)
+    """Seconds a pooled connection may stay unused before it is closed."""
     port: int = Field(default=22, gt=0, le=65535)
     """SSH port of the nodes, unless the parameters give one (``ssh_port``)."""
     connect_timeout: float = Field(default=15.0, gt=0)
@@ -317,6 +373,12 @@ class ClusterSettings(_Section):
     ``HELM_INSTALL_TIMEOUT``)."""
     pv_available_timeout: float = Field(default=150.0, gt=0)
     """Seconds a registered PersistentVolume has to become ``Available`` (Tacker: 5 x 30 s)."""
+    max_package_file_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """The most read of one file of the VNF package (the Helm script, a registry CA, a PV
+    manifest), whatever its zip entry claims."""
+    nfs_allow_no_root_squash: bool = False
+    """Whether a VNF's ``nfs_server_setup_params.export_to`` may ask for ``no_root_squash``
+    (the clients' root then acts as root on the export)."""
 
     @field_validator("script_env")
     @classmethod
@@ -492,7 +554,17 @@ class HookSettings(_Section):
 
 
 class AuthSettings(_Section):
-    """How Tacker must authenticate to the callback (all off by default, for the lab)."""
+    """How Tacker must authenticate to the callback.
+
+    Credentials come from here (``basic``, ``oauth2``, ``mtls``) or, when none
+    of those is configured, are generated when we create our own subscription
+    (``tacker.subscribe_on_start`` or ``lccn-subscriber subscribe``): ``generate``
+    says which kind (``basic``: Tacker ``BASIC``; ``oauth2``:
+    ``OAUTH2_CLIENT_CREDENTIALS`` with this service as the token endpoint;
+    ``off``: the subscription carries none). The store keeps only what checks a
+    generated secret, never the secret. With nothing configured and nothing
+    generated the callback takes anyone's notifications (``serve`` warns).
+    """
 
     basic: BasicAuthSettings = BasicAuthSettings()
     """HTTP Basic."""
@@ -502,6 +574,15 @@ class AuthSettings(_Section):
     """Mutual TLS."""
     realm: str = "lccn-subscriber"
     """The realm named in ``WWW-Authenticate`` of a refused callback."""
+    generate: Literal["basic", "oauth2", "off"] = "basic"
+    """What ``serve``/``subscribe`` generates for the LCCN subscription they create when the
+    settings name no credentials: ``basic`` (Tacker BASIC), ``oauth2``
+    (``OAUTH2_CLIENT_CREDENTIALS``, ``serve`` is the token endpoint) or ``off``."""
+
+    @property
+    def configured(self) -> bool:
+        """Whether the settings themselves name credentials (or client certificates)."""
+        return self.basic.enabled or self.oauth2.enabled or self.mtls.enabled
 
 
 def _string_list(value: Any) -> Any:
@@ -701,6 +782,11 @@ class TackerSettings(_Section):
     reconciler. Each instance is otherwise driven through the API its notifications came from."""
     request_timeout: float = Field(default=30.0, gt=0)
     """Seconds one request to Tacker may take."""
+    max_package_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
+    """The largest VNF package read from Tacker: it is streamed to a temporary file, never held
+    in memory, and a larger one fails the step that reads it."""
+    package_timeout: float = Field(default=600.0, gt=0)
+    """Seconds the download of one VNF package may take."""
     retry_attempts: int = Field(default=6, gt=0)
     """409 (instance lock) and 5xx are retried in-process with exponential backoff and jitter; past
     this many attempts the step fails as transient and the runner's persisted backoff takes

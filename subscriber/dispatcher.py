@@ -157,9 +157,6 @@ class Dispatcher(Component):
         self._dirty: dict[str, None] = {}
         self._timers: dict[str, float] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
-        # Set while no lane runs and no work is known (no dirty lane, no timer).
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -200,7 +197,6 @@ class Dispatcher(Component):
         for event in batch:
             if event.lane is not None:
                 self._dirty.setdefault(event.lane)
-        self._note_idle()
         self._wake.set()
 
     def poke(self, lane: str | None = None) -> None:
@@ -209,29 +205,7 @@ class Dispatcher(Component):
             self._timers["*"] = 0.0
         else:
             self._dirty.setdefault(lane)
-        self._note_idle()
         self._wake.set()
-
-    def _note_idle(self) -> None:
-        if self._active or self._dirty or self._timers:
-            self._idle.clear()
-        else:
-            self._idle.set()
-
-    async def wait_idle(self, within: float) -> bool:
-        """Wait until no lane runs and no work is known (no dirty lane, no timer).
-
-        Arguments:
-            within: seconds to wait at most.
-
-        Returns:
-            ``True`` once idle, ``False`` if still busy after ``within``.
-        """
-        try:
-            await asyncio.wait_for(self._idle.wait(), within)
-        except TimeoutError:
-            return False
-        return True
 
     # -- main loop -----------------------------------------------------------
 
@@ -270,7 +244,6 @@ class Dispatcher(Component):
             if self._timers:
                 timeout = min(timeout, min(self._timers.values()) - time.time())
             # No await since the lanes were started, so no wake-up can be lost here.
-            self._note_idle()
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, timeout))
@@ -282,7 +255,6 @@ class Dispatcher(Component):
         if not task.cancelled() and task.exception() is not None:
             log.error("lane crashed", extra={"vnfInstanceId": lane}, exc_info=task.exception())
             self._timers[lane] = time.time() + self._settings.backoff_initial
-        self._note_idle()
         self._wake.set()
 
     async def _dead_local_owners(self) -> frozenset[str]:

@@ -34,6 +34,8 @@ boundary each, chaining the original with ``from exc``.
     │       ├── DiscoveryError          the VNF is not the cluster its parameters describe
     │       ├── HostKeyRejected         unknown host key under ``strict``, or a changed key
     │       ├── AuthenticationFailed    every offered SSH key / the password was refused
+    │       ├── SshKeyRefused           an ssh_private_key_path outside ssh.key_dir, not a
+    │       │                           regular file, too large, or not a private key
     │       ├── SftpFailed              an upload was refused (no such dir, permission)
     │       ├── CommandFailed           a remote command exited non-zero (CommandResult.check)
     │       ├── OpenStackError          (root of OpenStack's, with OpenStackUnavailable)
@@ -42,13 +44,16 @@ boundary each, chaining the original with ``from exc``.
     │       │   └── OpenStackRequestFailed  another 4xx
     │       └── TackerRejected          4xx other than 409 (ProblemDetails ``detail``)
     │           ├── TackerAuthError     Keystone refused the credentials, or 401/403
+    │           ├── VimNotOurs          vim_name names a VIM we did not register: left alone
     │           └── TackerOpFailed      our MODIFY_INFO op-occ ended FAILED_TEMP/FAILED
     ├── StepInterrupted                 a non-idempotent step was cut off mid-run;
     │                                   its effect is unknown, so it is not re-run
     ├── StepOutcome                     not failures: how a step ends other than by returning
-    │   └── SkipStep                    the step's work is already done ("node already joined")
-    │       └── NotACluster             the VNF is a CNF on Kubernetes, not a cluster of VMs:
-    │                                   the cluster handlers' steps have nothing to do
+    │   ├── SkipStep                    the step's work is already done ("node already joined")
+    │   │   └── EndJob                  ... and the job has nothing more to do: it ends done here
+    │   │       └── NotACluster         the VNF is a CNF on Kubernetes, not a cluster of VMs
+    │   └── EventRejected               Tacker contradicts the notification: the event is
+    │                                   rejected, never run, never replayed
     └── CliError                        a command cannot go on: one line on stderr, exit 2
         └── PublishInputError           ``kafka publish`` input holds no valid notification
 
@@ -71,6 +76,8 @@ __all__ = [
     "ConfigError",
     "ConfigFileError",
     "DiscoveryError",
+    "EndJob",
+    "EventRejected",
     "HostKeyRejected",
     "IngestError",
     "LccnError",
@@ -93,6 +100,7 @@ __all__ = [
     "SshConnectError",
     "SshConnectionLost",
     "SshError",
+    "SshKeyRefused",
     "StepError",
     "StepInterrupted",
     "StepOutcome",
@@ -104,6 +112,7 @@ __all__ = [
     "TackerRejected",
     "TackerUnavailable",
     "TransientStepError",
+    "VimNotOurs",
 ]
 
 
@@ -291,16 +300,36 @@ class SkipStep(StepOutcome):
         self.result = result
 
 
-class NotACluster(SkipStep):
+class EndJob(SkipStep):
+    """Raised by a step that finds its job has nothing to do ("no drain was requested").
+
+    The step is recorded as skipped with its ``result``, and the job ends done there:
+    the plan's later steps are not run.
+    """
+
+
+class NotACluster(EndJob):
     """The VNF of the notification is not a cluster of VMs but a CNF deployed on Kubernetes.
 
     Every VIM it names is a Kubernetes or Helm one and its operation carries no cluster
     parameters (the seeds' VNF-B, which Tacker deploys on the cluster we built and whose
-    notifications reach us through the same subscription). The cluster handlers skip the
-    job's steps; the job is done, with the reason on each step.
+    notifications reach us through the same subscription). The cluster handlers' job
+    ends done at the parameters step, with the reason on it.
     """
 
     error_class = "not-a-cluster"
+
+
+class EventRejected(StepOutcome):
+    """What Tacker says contradicts the notification: its op-occ names another instance
+    or operation, is in another state, or the op-occ or instance does not exist for us.
+
+    A notification is a claim and Tacker is the truth: the event is stored as
+    ``rejected`` with the reason, its job never runs a step that acts, and no replay
+    takes it back (a new, true notification is a new event).
+    """
+
+    error_class = "rejected"
 
 
 # ---------------------------------------------------------------------- SSH
@@ -350,6 +379,12 @@ class HostKeyRejected(PermanentStepError, SshError):
 
 class AuthenticationFailed(PermanentStepError, SshError):
     error_class = "ssh-auth"
+
+
+class SshKeyRefused(PermanentStepError, SshError):
+    """A key file a VNF's parameters name is not one we may read (nothing was sent)."""
+
+    error_class = "ssh-key-refused"
 
 
 class SftpFailed(PermanentStepError, SshError):
@@ -416,6 +451,12 @@ class TackerRejected(PermanentStepError):
 
 class TackerAuthError(TackerRejected):
     error_class = "tacker-auth"
+
+
+class VimNotOurs(TackerRejected):
+    """A VIM of the name we would register or delete is not one we registered."""
+
+    error_class = "tacker-vim-not-ours"
 
 
 class TackerOpFailed(TackerRejected):

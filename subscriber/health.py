@@ -90,9 +90,11 @@ class Health:
             self._cached = (time.monotonic(), ready, by_name)
             return ready, by_name
 
-    def install(self, app: web.Application) -> None:
+    def install(self, app: web.Application, *, readiness: bool = True) -> None:
+        """``GET /healthz`` on ``app``, and ``GET /readyz`` unless ``readiness`` is false."""
         app.router.add_route("GET", "/healthz", self._healthz)
-        app.router.add_route("GET", "/readyz", self._readyz)
+        if readiness:
+            app.router.add_route("GET", "/readyz", self._readyz)
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -6,8 +6,8 @@ and a replay CLI must not share counters with the server it talks to.
 Two kinds of values:
 
 * counters and histograms moved by the code as things happen (events appended,
-  duplicates, stale/echo skips, jobs by outcome, step durations, retries,
-  callback authentication failures);
+  duplicates, stale/echo skips, jobs by outcome, step durations, retries of
+  jobs and of Tacker calls, callback authentication failures);
 * gauges read from the store when ``/metrics`` is scraped (queue depth, failed
   events, seconds since the last notification), so they are true across
   restarts and replicas. That read is one query, cached for ``store_ttl``.
@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from prometheus_client import (
@@ -41,7 +41,7 @@ from prometheus_client import (
 from subscriber.store import EventStatus, Store
 from subscriber.store.events import AppendObservation
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "install_metrics_route"]
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "WorkMetrics", "install_metrics_route"]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _STEP_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
@@ -58,9 +58,15 @@ class Metrics:
 
     Arguments:
         store_ttl: how long a store read behind the gauges is reused.
+        tacker_side: the registry that counts this process's Tacker retries: ``"ingest"``
+            in a ``--role ingest`` process (its Tacker calls are the reconciler's and the
+            subscription's; its worker counts the jobs' own), else ``"work"``. Either way
+            each ``/metrics`` shows the family once.
     """
 
-    def __init__(self, *, store_ttl: float = 1.0) -> None:
+    def __init__(
+        self, *, store_ttl: float = 1.0, tacker_side: Literal["ingest", "work"] = "work"
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.work_registry = CollectorRegistry(auto_describe=True)
         r, w = self.registry, self.work_registry
@@ -103,6 +109,13 @@ class Metrics:
             "lccn_job_retries",
             "Job attempts that failed transiently and were rescheduled",
             registry=w,
+        )
+        self.tacker_retries = Counter(
+            "lccn_tacker_retries",
+            "Tacker calls retried after an answer of 409 (instance busy) or 5xx, by status "
+            "(0: no answer)",
+            ["status"],
+            registry=r if tacker_side == "ingest" else w,
         )
         self.auth_failures = Counter(
             "lccn_auth_failures",
@@ -162,6 +175,10 @@ class Metrics:
 
     def skipped(self, reason: str) -> None:
         self.events_skipped.labels(reason).inc()
+
+    def tacker_retried(self, status: int) -> None:
+        """The Tacker client's ``on_retry``: one call is tried again after ``status``."""
+        self.tacker_retries.labels(str(status)).inc()
 
     # -- scrape --------------------------------------------------------------
 

@@ -86,6 +86,23 @@ def _openstack_errors(what: str) -> Iterator[None]:
         raise OpenStackRequestFailed(f"{what}: {type(exc).__name__}") from exc
 
 
+def _resource_path(stack_id: str, resource: str) -> str:
+    """``/stacks/{name}/{id}/resources/{resource}``, every part one escaped segment.
+
+    Raises:
+        OpenStackRequestFailed: a part is empty, ``.`` or ``..`` (it would name another
+            resource once the path is normalised); nothing is sent.
+    """
+    parts = [*stack_id.split("/"), resource]
+    if any(part in ("", ".", "..") for part in parts) or len(parts) > 3:
+        raise OpenStackRequestFailed(
+            f"Heat resource {resource!r} of stack {stack_id!r}: not a stack name/id and a "
+            "resource name"
+        )
+    *stack, name = (quote(part, safe="") for part in parts)
+    return f"/stacks/{'/'.join(stack)}/resources/{name}"
+
+
 class OpenStackClient(Component):
     """Heat resource and Nova server lookups through openstacksdk.
 
@@ -164,7 +181,7 @@ class OpenStackClient(Component):
             OpenStackError: anything else OpenStack refused.
         """
         what = f"Heat resource {cp_name} of stack {stack_id}"
-        path = f"/stacks/{quote(stack_id, safe='/')}/resources/{quote(cp_name, safe='')}"
+        path = _resource_path(stack_id, cp_name)
 
         def get(conn: Any) -> dict[str, Any]:
             response = conn.orchestration.get(path, raise_exc=False)
@@ -193,7 +210,7 @@ class OpenStackClient(Component):
             OpenStackError: anything else OpenStack refused.
         """
         what = f"Heat resource {volume_name} of stack {stack_id}"
-        path = f"/stacks/{quote(stack_id, safe='/')}/resources/{quote(volume_name, safe='')}"
+        path = _resource_path(stack_id, volume_name)
 
         def get(conn: Any) -> dict[str, Any]:
             response = conn.orchestration.get(path, raise_exc=False)

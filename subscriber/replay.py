@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from schemas import NotificationParseError, parse_notification
-from subscriber.kernel import HandlerRegistry
+from subscriber.kernel import RoutingTable
 from subscriber.redact import redact_text
 from subscriber.store import EventRow, FailedFilter, ReplayMode, StepStatus, Store
 from subscriber.store.replays import REPLAYABLE
@@ -158,7 +158,7 @@ class ReplayPreview:
 
 
 async def preview(
-    store: Store, registry: HandlerRegistry, rows: Sequence[EventRow], mode: str
+    store: Store, routing: RoutingTable, rows: Sequence[EventRow], mode: str
 ) -> list[ReplayPreview]:
     """What a replay of each event would do; reads only.
 
@@ -170,11 +170,15 @@ async def preview(
     for event in rows:
         p = ReplayPreview(event, mode, replayable=event.status in REPLAYABLE)
         if not p.replayable:
-            p.reason = (
-                f"status {event.status}: it belongs to its lane"
-                if event.status in ("pending", "running", "retry")
-                else f"status {event.status} cannot be replayed"
-            )
+            if event.status in ("pending", "running", "retry"):
+                p.reason = f"status {event.status}: it belongs to its lane"
+            elif event.status == "rejected":
+                p.reason = (
+                    "status rejected: Tacker contradicted the notification "
+                    f"({event.status_detail or 'see events show'}); a true one is a new event"
+                )
+            else:
+                p.reason = f"status {event.status} cannot be replayed"
             out.append(p)
             continue
         history = await store.replays.history(event)
@@ -194,7 +198,7 @@ async def preview(
             p.replayable, p.reason = False, f"stored body does not parse: {exc.detail}"
             out.append(p)
             continue
-        handler = registry.route(notification)
+        handler = routing.route(notification)
         p.handler = handler.name if handler is not None else None
         p.last_job_id = last.id if last is not None else None
         if mode == ReplayMode.RESUME and last is not None:

@@ -22,9 +22,10 @@ from typing import Any, Protocol
 
 from schemas import Notification, NotificationParseError, parse_notification
 from subscriber.config import DispatchSettings
-from subscriber.errors import LccnError, LeaseLost, SkipStep, StepInterrupted
+from subscriber.errors import EndJob, EventRejected, LccnError, LeaseLost, SkipStep, StepInterrupted
 from subscriber.failed import failure_output
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, RetryClass, Services, Step
+from subscriber.kernel import JobContext, Plan, RetryClass, RoutingTable, Services, Step
+from subscriber.kernel.results import result_json
 from subscriber.logs import EventLogAdapter
 from subscriber.metrics import Metrics
 from subscriber.redact import redact_text
@@ -43,6 +44,7 @@ class JobOutcome(enum.Enum):
     FAILED = "failed"
     IGNORED = "ignored"
     ECHO = "echo"
+    REJECTED = "rejected"
 
 
 class EchoCheck(Protocol):
@@ -56,6 +58,7 @@ class _Failure:
     retriable: bool
     error_class: str
     message: str
+    rejected: bool = False  # Tacker contradicts the notification (EventRejected)
 
 
 def classify(exc: BaseException, retry: RetryClass) -> _Failure:
@@ -94,6 +97,14 @@ def _cut_off(row: StepRow, job: JobRow) -> bool:
     return row.status == StepStatus.FAILED and job.status == JobStatus.RUNNING
 
 
+class _JobEnds(Exception):
+    """A step ended its job (:class:`~subscriber.errors.EndJob`); ``checkpoint`` is its row."""
+
+    def __init__(self, checkpoint: StepOutcome) -> None:
+        super().__init__(checkpoint.name)
+        self.checkpoint = checkpoint
+
+
 class _StepFailed(Exception):
     """A step failed; ``checkpoint`` is its row, written together with the job's outcome."""
 
@@ -110,7 +121,7 @@ class Runner:
     def __init__(
         self,
         store: Store,
-        registry: HandlerRegistry,
+        routing: RoutingTable,
         settings: DispatchSettings,
         services: Services | None = None,
         metrics: Metrics | None = None,
@@ -118,7 +129,7 @@ class Runner:
     ) -> None:
         self._store = store
         self._echo = echo
-        self._registry = registry
+        self._routing = routing
         self._settings = settings
         self._services = services or Services()
         self._metrics = metrics
@@ -176,7 +187,7 @@ class Runner:
                 },
             )
             return JobOutcome.ECHO, mode
-        handler = self._registry.route(notification)
+        handler = self._routing.route(notification)
         if handler is None:
             await self._store.events.set_status(
                 event.id, EventStatus.IGNORED, "no handler", fence=fence
@@ -309,7 +320,10 @@ class Runner:
                         job.id, idx, step.name, step.idempotent, fence=fence
                     )
                 )
-            pending = await self._run_step(job, idx, step, ctx, started_at, fence)
+            try:
+                pending = await self._run_step(job, idx, step, ctx, started_at, fence)
+            except _JobEnds as ends:
+                return ends.checkpoint
         return pending
 
     async def _run_step(
@@ -325,12 +339,21 @@ class Runner:
             return StepOutcome(idx, step.name, step.idempotent, status, started_at, **kw)
 
         try:
-            result = await asyncio.wait_for(step.run(ctx), step.timeout)
+            result = result_json(await asyncio.wait_for(step.run(ctx.for_step(step)), step.timeout))
         except SkipStep as skip:
             self._observe_step(step.name, "skipped", started_at)
-            ctx.results[step.name] = skip.result
+            stored = result_json(skip.result)
+            ctx.results[step.name] = stored
             ctx.log.info("step skipped", extra={"step": step.name, "reason": skip.reason})
-            return outcome(StepStatus.SKIPPED, output=skip.reason, result=skip.result)
+            skipped = outcome(StepStatus.SKIPPED, output=skip.reason, result=stored)
+            if isinstance(skip, EndJob):
+                raise _JobEnds(skipped) from None
+            return skipped
+        except EventRejected as rejected:
+            self._observe_step(step.name, "rejected", started_at)
+            failure = _Failure(False, rejected.error_class, redact_text(str(rejected)), True)
+            failed = outcome(StepStatus.FAILED, error=failure.message)
+            raise _StepFailed(step.name, failure, failed) from None
         except asyncio.CancelledError:
             # Left "running" on purpose: the next start decides from idempotency.
             raise
@@ -385,22 +408,37 @@ class Runner:
         job, which the next start would run again (a non-idempotent step twice)."""
         attempts = job.attempts + 1
         message = f"{step}: {failure.message}"
-        if failure.retriable and attempts < self._settings.max_attempts:
-            delay = self.backoff(attempts)
-            await asyncio.shield(
-                self._store.jobs.update(
-                    job.id,
-                    event_id=job.event_id,
-                    status=JobStatus.RETRY,
-                    event_status=EventStatus.RETRY,
-                    attempts=attempts,
-                    next_attempt_at=time.time() + delay,
-                    error_class=failure.error_class,
-                    last_error=message,
-                    final_step=checkpoint,
-                    fence=fence,
-                )
+        retry_at: float | None = None
+        delay = 0.0
+        if failure.rejected:
+            outcome, status, event_status = (
+                JobOutcome.REJECTED,
+                JobStatus.FAILED,
+                EventStatus.REJECTED,
             )
+        elif failure.retriable and attempts < self._settings.max_attempts:
+            delay = self.backoff(attempts)
+            retry_at = time.time() + delay
+            outcome, status, event_status = JobOutcome.RETRY, JobStatus.RETRY, EventStatus.RETRY
+        else:
+            if failure.retriable:
+                message = f"{message} (gave up after {attempts} attempts)"
+            outcome, status, event_status = JobOutcome.FAILED, JobStatus.FAILED, EventStatus.FAILED
+        await asyncio.shield(
+            self._store.jobs.update(
+                job.id,
+                event_id=job.event_id,
+                status=status,
+                event_status=event_status,
+                attempts=attempts,
+                next_attempt_at=retry_at,
+                error_class=failure.error_class,
+                last_error=message,
+                final_step=checkpoint,
+                fence=fence,
+            )
+        )
+        if outcome is JobOutcome.RETRY:
             adapter.warning(
                 "job failed, will retry",
                 extra={
@@ -410,21 +448,8 @@ class Runner:
                     "error": message,
                 },
             )
-            return JobOutcome.RETRY
-        if failure.retriable:
-            message = f"{message} (gave up after {attempts} attempts)"
-        await asyncio.shield(
-            self._store.jobs.update(
-                job.id,
-                event_id=job.event_id,
-                status=JobStatus.FAILED,
-                event_status=EventStatus.FAILED,
-                attempts=attempts,
-                error_class=failure.error_class,
-                last_error=message,
-                final_step=checkpoint,
-                fence=fence,
-            )
-        )
-        adapter.error("job failed", extra={"step": step, "attempt": attempts, "error": message})
-        return JobOutcome.FAILED
+        elif outcome is JobOutcome.REJECTED:
+            adapter.error("event rejected", extra={"step": step, "error": message})
+        else:
+            adapter.error("job failed", extra={"step": step, "attempt": attempts, "error": message})
+        return outcome

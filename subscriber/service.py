@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
-from handlers import registry_for
+from handlers import routing_for
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.errors import ConfigError
@@ -32,9 +32,9 @@ from subscriber.ingest.auth import CallbackAuth, build_ssl_context
 from subscriber.ingest.hooks import DrainHook
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.problems import problem_middleware
-from subscriber.kernel import HandlerRegistry, Services
+from subscriber.kernel import RoutingTable, Services
 from subscriber.lifecycle import Component
-from subscriber.metrics import Metrics, install_metrics_route
+from subscriber.metrics import Metrics, WorkMetrics, install_metrics_route
 from subscriber.openstack import OpenStackClient
 from subscriber.retention import Pruner
 from subscriber.runner import Runner
@@ -54,10 +54,10 @@ Role = Literal["single", "ingest", "worker"]
 log = logging.getLogger(__name__)
 
 
-def _routing_summary(registry: HandlerRegistry, settings: Settings, missing: list[str]) -> str:
+def _routing_summary(routing: RoutingTable, settings: Settings, missing: list[str]) -> str:
     """One line: which operations are handled, and what is only recorded (and why)."""
     handled: dict[str, list[str]] = {}
-    for operation, state, name in registry.routes():
+    for operation, state, name in routing.routes():
         if operation is not None and name != "log":
             handled.setdefault(operation, []).append(state or "*")
     parts = [f"{op} ({', '.join(sorted(states))})" for op, states in sorted(handled.items())]
@@ -81,7 +81,7 @@ class Service(Component):
 
     Arguments:
         settings: the effective configuration.
-        registry: handler routes (defaults to the built-in registry plus
+        routing: handler routes (defaults to the built-in routing table plus
             ``settings.handlers.modules``).
         services: clients handed to steps; each one set wins over the service's own
             (which is then neither built nor started).
@@ -96,7 +96,7 @@ class Service(Component):
         self,
         settings: Settings,
         *,
-        registry: HandlerRegistry | None = None,
+        routing: RoutingTable | None = None,
         services: Services | None = None,
         role: Role = "single",
         worker_argv: Sequence[str] | None = None,
@@ -113,7 +113,7 @@ class Service(Component):
         # A worker's job writes give way to ingest's appends on a shared SQLite file.
         self.store = Store(settings.database, low_priority=role == "worker")
         # Its own registry per Service (never the global one); /metrics serves it.
-        self.metrics = Metrics()
+        self.metrics = Metrics(tacker_side="ingest" if role == "ingest" else "work")
         self.store.events.add_observer(self.metrics.observe_appends)
         # The clients steps use. Ours start and stop with the service; those the
         # caller hands in (and which win over ours) are the caller's to manage.
@@ -126,7 +126,9 @@ class Service(Component):
             self.openstack = OpenStackClient(settings.openstack)
         self.tacker: TackerClient | None = None
         if given.tacker is None and settings.tacker.configured:
-            self.tacker = TackerClient(settings.tacker, echo=self.store.tacker)
+            self.tacker = TackerClient(
+                settings.tacker, echo=self.store.tacker, on_retry=self.metrics.tacker_retried
+            )
         own = Services(
             ssh=self.ssh,
             tacker=self.tacker,
@@ -138,18 +140,18 @@ class Service(Component):
         self._owned: list[Any] = [c for c in (self.ssh, self.openstack, self.tacker) if c]
         configured = self.services.configured()
         missing = sorted({"tacker", "openstack"} - configured)
-        if settings.cluster.handlers == "on" and missing and registry is None:
+        if settings.cluster.handlers == "on" and missing and routing is None:
             raise ConfigError(
                 f"cluster.handlers is on but {' and '.join(missing)} is not configured: set "
                 + ", ".join(f"{m}.*" for m in missing)
                 + " or cluster.handlers: auto"
             )
-        self.registry = registry or registry_for(settings, configured)
-        self._routing_line = _routing_summary(self.registry, settings, missing)
+        self.routing = routing or routing_for(settings, configured)
+        self._routing_line = _routing_summary(self.routing, settings, missing)
         self.echo = EchoFilter(self.store.tacker, settings.tacker, self.tacker)
         self.runner = Runner(
             self.store,
-            self.registry,
+            self.routing,
             settings.dispatch,
             self.services,
             metrics=self.metrics,
@@ -185,11 +187,20 @@ class Service(Component):
         self.subscriptions: SubscriptionKeeper | None = None
         self.reconciler: Reconciler | None = None
         self.kafka: KafkaSource | None = None
+        self.auth: CallbackAuth | None = None
+        # /metrics and /readyz are open only on a private listener: the callback's own when
+        # it is loopback, else one of their own (http.metrics_host:metrics_port).
+        self.probes: CallbackIngress | None = None
+        separate = settings.http.probes_listener() is not None
         if not self.ingests:
-            # A worker alone answers health and metrics on the HTTP port; a linked one does not.
+            # A worker alone answers health and metrics on the HTTP port (or /healthz there
+            # and all three on the probes listener); a linked one does not.
             self.app = web.Application(middlewares=[problem_middleware])
-            self.health.install(self.app)
-            install_metrics_route(self.app, self.metrics, self.store, ingest=False)
+            self.health.install(self.app, readiness=not separate)
+            if separate:
+                self.probes = self._probes_listener(work=None, ingest=False)
+            else:
+                install_metrics_route(self.app, self.metrics, self.store, ingest=False)
             self.ingress = CallbackIngress(settings.http, self.app)
             return
         hook_path = settings.hooks.path if settings.hooks.bearer() else None
@@ -201,11 +212,24 @@ class Service(Component):
             # Jobs run elsewhere: their families come from our worker (or its own port).
             work = self.worker.metrics_text if self.worker is not None else _no_work_metrics
         install_metrics_route(self.app, self.metrics, self.store, work=work)
+        if separate:
+            self.probes = self._probes_listener(work=work, ingest=True)
         if self.worker is not None:
             self.health.register("worker", self.worker.readiness)
-        self.auth = CallbackAuth(settings.auth, settings.http.path, self.metrics)
+        subscribes = self.tacker is not None and settings.tacker.subscribe_on_start
+        self.auth = CallbackAuth(
+            settings.auth,
+            settings.http.path,
+            self.metrics,
+            credentials=self.store.credentials,
+            # It will subscribe with generated credentials: none is accepted without them.
+            required=subscribes and settings.auth.generate != "off",
+            # On a listener that is not private, the probes need the callback's credentials.
+            protect=("/metrics", "/readyz") if separate else (),
+        )
         self.auth.install(self.app)
-        self.hooks = DrainHook(settings.hooks, self.store, wake=self._poke)
+        self.health.register("callback_auth", self.auth.readiness)
+        self.hooks = DrainHook(settings.hooks, self.store, self.routing, wake=self._poke)
         self.hooks.install(self.app)
         self.ingress = CallbackIngress(
             settings.http, self.app, ssl_context=build_ssl_context(settings.auth)
@@ -217,7 +241,7 @@ class Service(Component):
             self.kafka = KafkaSource(settings.kafka, self.store.events)
             self._observe_kafka(self.kafka)
         if self.tacker is not None and settings.tacker.subscribe_on_start:
-            self.subscriptions = SubscriptionKeeper(self.tacker, settings)
+            self.subscriptions = SubscriptionKeeper(self.tacker, settings, self.store.credentials)
             self.health.register("subscription", self.subscriptions.readiness)
         if self.tacker is not None and settings.tacker.reconcile_interval > 0:
             keeper = self.subscriptions
@@ -227,6 +251,18 @@ class Service(Component):
                 settings.tacker,
                 subscription_id=lambda: keeper.subscription_id if keeper else None,
             )
+
+    def _probes_listener(self, *, work: WorkMetrics | None, ingest: bool) -> CallbackIngress:
+        """The private listener of ``/healthz``, ``/readyz`` and ``/metrics``."""
+        app = web.Application(middlewares=[problem_middleware])
+        self.health.install(app)
+        install_metrics_route(app, self.metrics, self.store, work=work, ingest=ingest)
+        return CallbackIngress(self.settings.http, app, probes=True)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port ``/metrics`` and ``/readyz`` are open on (loopback: the callback's)."""
+        return self.probes.port if self.probes is not None else self.ingress.port
 
     def _poke(self, lane: str | None = None) -> None:
         """Wake whoever runs the jobs (this process's dispatcher, or the worker)."""
@@ -276,11 +312,20 @@ class Service(Component):
             if not self.ingests:
                 if self.link is None:
                     await self._start_child(self.ingress)
+                    if self.probes is not None:
+                        await self._start_child(self.probes)
                 log.info(self._routing_line)
                 return
         if self.wake_sender is not None:
             await self._start_child(self.wake_sender)
+        # Before the callback listens: the stored credentials are read.
+        if self.auth is not None:
+            await self._start_child(self.auth)
         await self._start_child(self.ingress)
+        if self.probes is not None:
+            await self._start_child(self.probes)
+        if self.auth is not None:
+            self.auth.announce()  # "callback auth off" is a warning worth one line
         if self.kafka is not None:
             # Returns at once; connecting and joining the group go on in
             # the background (a broker that is down only delays ingest).
@@ -300,7 +345,7 @@ class Service(Component):
         if self.worker is None:
             return
         # Stop taking notifications before the worker drains its running steps.
-        for part in (self.reconciler, self.subscriptions, self.kafka, self.ingress):
+        for part in (self.reconciler, self.subscriptions, self.kafka, self.ingress, self.probes):
             if part is not None:
                 await part.stop()
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import re
 import socket
-from collections.abc import AsyncIterator, Callable
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from subscriber.config import (
     DatabaseSettings,
@@ -16,16 +21,36 @@ from subscriber.config import (
     HttpSettings,
     Settings,
 )
-from subscriber.kernel import HandlerRegistry, Services
+from subscriber.kernel import RoutingTable, Services
 from subscriber.service import Service
-from tests.testbed.tacker_fixtures import (  # one Tacker bed per run, for every tier
+from subscriber.store import Store
+from tests.backends import pg_url
+from tests.tacker_fixtures import (  # one Tacker bed per run, for every tier
     bed,
     pytest_terminal_summary,
     recorder,
     tacker,
 )
 
-__all__ = ["bed", "pytest_terminal_summary", "recorder", "tacker"]
+__all__ = ["bed", "pg_url", "pytest_terminal_summary", "recorder", "tacker"]
+
+
+# The markers a tier directory gives every test in it (tests/README.md).
+TIER_MARKERS = {
+    "ssh": ("ssh",),
+    "kafka": ("kafka",),
+    "k8s": ("k8s",),
+    "e2e": ("tacker", "ssh", "e2e"),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        path = Path(str(item.fspath))
+        if here in path.parents:
+            for marker in TIER_MARKERS.get(path.relative_to(here).parts[0], ()):
+                item.add_marker(getattr(pytest.mark, marker))
 
 
 def free_port() -> int:
@@ -36,15 +61,28 @@ def free_port() -> int:
 
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
+    """A SQLite file (``tests/store/`` runs the tests that take it on PostgreSQL too)."""
     return f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
 
 
-def make_settings(db_url: str, **dispatch: Any) -> Settings:
-    return Settings(
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    """The store, started, on ``db_url``."""
+    async with Store(DatabaseSettings(url=db_url)) as running:
+        yield running
+
+
+def make_settings(
+    db_url: str, *, update: Mapping[str, Any] | None = None, **dispatch: Any
+) -> Settings:
+    """Settings on a free loopback port and ``db_url``; ``dispatch`` settings as given, and
+    whole sections (``{"hooks": HookSettings(...)}``) replaced by ``update``."""
+    settings = Settings(
         http=HttpSettings(host="127.0.0.1", port=free_port()),
         database=DatabaseSettings(url=db_url),
         dispatch=DispatchSettings(**{"rescan_interval": 0.5, **dispatch}),
     )
+    return settings.model_copy(update=update) if update else settings
 
 
 ServiceFactory = Callable[..., Any]
@@ -56,11 +94,13 @@ async def start_service(db_url: str) -> AsyncIterator[ServiceFactory]:
     started: list[Service] = []
 
     async def start(
-        registry: HandlerRegistry | None = None,
+        routing: RoutingTable | None = None,
         services: Services | None = None,
+        update: Mapping[str, Any] | None = None,
         **dispatch: Any,
     ) -> Service:
-        svc = Service(make_settings(db_url, **dispatch), registry=registry, services=services)
+        settings = make_settings(db_url, update=update, **dispatch)
+        svc = Service(settings, routing=routing, services=services)
         await svc.start()
         started.append(svc)
         return svc
@@ -68,6 +108,18 @@ async def start_service(db_url: str) -> AsyncIterator[ServiceFactory]:
     yield start
     for svc in reversed(started):
         await svc.stop()
+
+
+@pytest.fixture
+def loop_device(tmp_path: Path) -> Iterator[str]:
+    """A 64 MiB loop device over a file of this test (root); detached afterwards."""
+    image = tmp_path / "loop.img"
+    with image.open("wb") as fh:
+        fh.truncate(64 * 1024 * 1024)
+    argv = ["losetup", "--find", "--show", str(image)]
+    dev = subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+    yield dev
+    subprocess.run(["losetup", "--detach", dev], check=False)
 
 
 @pytest.fixture
@@ -80,7 +132,38 @@ def callback_url(svc: Service) -> str:
     return f"http://127.0.0.1:{svc.port}{svc.settings.http.path}"
 
 
-TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison"})
+def basic(user: str, password: str) -> str:
+    """An ``Authorization`` header value for HTTP Basic."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def metric(text: str, sample: str) -> float:
+    """The value of one sample written ``name{a="x",b="y"}`` (any label order), 0 when absent."""
+    name, _, rest = sample.partition("{")
+    want = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels == want:
+                return float(s.value)
+    return 0.0
+
+
+async def scrape(http: aiohttp.ClientSession, svc: Service) -> str:
+    async with http.get(f"http://127.0.0.1:{svc.port}/metrics") as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        return await resp.text()
+
+
+async def wait_lanes_idle(http: aiohttp.ClientSession, svc: Service, timeout: float = 10.0) -> None:
+    """Wait until ``/metrics`` shows no lane running (``lccn_lanes_active`` 0): after
+    :func:`wait_settled`, the lanes have also written their last counters and leases."""
+    async with asyncio.timeout(timeout):
+        while metric(await scrape(http, svc), "lccn_lanes_active") != 0:
+            await asyncio.sleep(0.02)
+
+
+TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison", "rejected"})
 
 
 async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:
@@ -89,8 +172,6 @@ async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:
 
     Calling ``svc.runner.run`` directly instead races the running dispatcher, which may
     take the same event meanwhile and resume the same job beside it."""
-    import asyncio
-
     assert await svc.store.replays.request([event_id], "anew") == [event_id]
     event = await svc.store.events.get(event_id)
     svc.dispatcher.poke(event.vnf_instance_id)
@@ -104,8 +185,6 @@ async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:
 
 async def wait_settled(svc: Service, count: int | None = None, timeout: float = 20.0) -> list[Any]:
     """Wait until (``count``) stored events all reached a terminal status; return them."""
-    import asyncio
-
     async with asyncio.timeout(timeout):
         while True:
             events = await svc.store.events.list()

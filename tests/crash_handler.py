@@ -11,7 +11,7 @@ import asyncio
 import os
 
 from schemas import Notification
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 
 
 async def _prepare(ctx: JobContext) -> None:
@@ -43,5 +43,5 @@ class CrashHandler:
         )
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(CrashHandler())

@@ -11,13 +11,14 @@ never interleave), so a test counts runs and overlaps instead of assuming them.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from schemas import Notification
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 
 NON_IDEMPOTENT = frozenset({"apply"})
 
@@ -49,7 +50,7 @@ class FenceHandler:
         return Plan((_step("prepare", 0.01), _step("apply", seconds), _step("finish", 0.01)))
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(FenceHandler())
 
 
@@ -119,3 +120,24 @@ def overlaps(all_marks: list[Mark], frozen: dict[int, tuple[float, float]] | Non
             if ia == ib and pa != pb and sa < eb and sb < ea:
                 count += 1
     return count
+
+
+def handler_env(
+    effects: Path,
+    step_seconds: float,
+    module: str = "tests.fence_handler",
+    **dispatch: float,
+) -> dict[str, str]:
+    """Environment of a ``serve`` running the handler ``module`` (this one, or another that
+    writes the same side-effect log: ``effects``) with short rescans; ``dispatch``: more
+    ``dispatch.*`` settings."""
+    effects.touch()
+    env = {
+        "LCCN_HANDLERS__MODULES": json.dumps([module]),
+        "LCCN_TEST_SIDE_EFFECTS": str(effects),
+        "LCCN_TEST_STEP_SECONDS": str(step_seconds),
+        "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
+        "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
+    }
+    env.update({f"LCCN_DISPATCH__{k.upper()}": str(v) for k, v in dispatch.items()})
+    return env

@@ -15,12 +15,13 @@ Loaded into ``serve`` subprocesses through ``LCCN_HANDLERS__MODULES``
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from schemas import Notification
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.kernel.ports import CommandResult
 
 STEPS = ("discover", "install", "token")
@@ -84,7 +85,7 @@ def runs(runs_file: Path) -> list[tuple[int, int, str, str, str]]:
     return out
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(
         OperateHandler(
             Path(os.environ["LCCN_TEST_FAULT_FILE"]),
@@ -93,3 +94,12 @@ def register(registry: HandlerRegistry) -> None:
             os.environ.get("LCCN_TEST_LEAK_SECRET", ""),
         )
     )
+
+
+def handler_env(fault: Path, runs_file: Path) -> dict[str, str]:
+    """What makes ``serve`` and the CLI load this handler (their shared config)."""
+    return {
+        "LCCN_HANDLERS__MODULES": json.dumps(["tests.operate_handler"]),
+        "LCCN_TEST_FAULT_FILE": str(fault),
+        "LCCN_TEST_RUNS_FILE": str(runs_file),
+    }

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from schemas import Notification, VnfLcmOperationOccurrenceNotification
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 
 
 class Recorder:
@@ -47,7 +47,7 @@ class Recorder:
                 await self.changed.wait()
 
 
-def registry_with(handler: Any) -> HandlerRegistry:
-    registry = HandlerRegistry()
+def registry_with(handler: Any) -> RoutingTable:
+    registry = RoutingTable()
     registry.register(handler)
     return registry

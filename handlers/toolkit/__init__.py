@@ -19,7 +19,11 @@ module                     operations
 :mod:`.etcd`               etcd member list / remove
 :mod:`.haproxy`            haproxy backend add / remove
 :mod:`.proxy`              the cluster's proxy for apt, containerd, kubeadm
-:mod:`.helm`               the user's Helm script from the VNF package, on masters
+:mod:`.helm`               the user's Helm script (from the VNF package) on masters
+:mod:`.storage`            the storage server: volumes, NFS exports, PVs
+:mod:`.registry`           private container registries on the nodes
+:mod:`.install_report`     what ``install_k8s_cluster.sh`` prints, parsed
+:mod:`.shell`              root shells on the nodes (the parameters' credentials)
 =========================  ===================================================
 """
 

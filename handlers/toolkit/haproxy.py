@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 
 from handlers.toolkit.shell import NodeShell
-from handlers.toolkit.topology import API_PORT
+from handlers.toolkit.topology import API_PORT, checked_node_name, ip_address_of
 from subscriber.kernel.ports import ClusterNode
 
 __all__ = ["HAPROXY_CFG", "add_backend", "backend_line", "backends", "remove_backend"]
@@ -53,7 +53,8 @@ echo changed
 
 def backend_line(node: ClusterNode) -> str:
     """The backend line of master ``node``, as the install script writes it."""
-    return f"    server  {node.name} {node.nic_ip}:{API_PORT} check"
+    name = checked_node_name(node.name, "a master")
+    return f"    server  {name} {ip_address_of(node.nic_ip, f'master {name}')}:{API_PORT} check"
 
 
 async def backends(shell: NodeShell, master: ClusterNode, *, step: str | None = None) -> list[str]:

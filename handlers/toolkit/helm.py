@@ -18,10 +18,7 @@ is not repeated blindly.
 from __future__ import annotations
 
 import hashlib
-import io
-import posixpath
 import shlex
-import zipfile
 
 from handlers.toolkit.proxy import environment, proxy_secrets
 from handlers.toolkit.shell import ADMIN_CONF, NodeShell
@@ -33,7 +30,6 @@ __all__ = [
     "MARKER",
     "REMOTE_HELM_SCRIPT",
     "installed",
-    "read_package_file",
     "run_helm_script",
     "script_digest",
 ]
@@ -48,40 +44,6 @@ printf '%s\n' "$2" > "$1"
 
 def script_digest(script: bytes) -> str:
     return hashlib.sha256(script).hexdigest()
-
-
-def read_package_file(
-    package: bytes,
-    path: str,
-    *,
-    step: str | None = None,
-    param: str = "helm_installation_script_path",
-) -> bytes:
-    """The file at ``path`` (relative to the package's root) in a VNF package zip;
-    ``param`` names the parameter that gave the path in the errors.
-
-    Raises:
-        PermanentStepError: the package is not a zip, or holds no such file.
-    """
-    wanted = posixpath.normpath(path.strip().lstrip("/"))
-    if wanted.startswith("..") or wanted in ("", "."):
-        raise PermanentStepError(
-            f"{param} {path!r} is not a path inside the VNF package",
-            step=step,
-        )
-    try:
-        with zipfile.ZipFile(io.BytesIO(package)) as archive:
-            names = {posixpath.normpath(n): n for n in archive.namelist() if not n.endswith("/")}
-            if wanted not in names:
-                raise PermanentStepError(
-                    f"{param} {path!r} is not in the VNF package",
-                    step=step,
-                )
-            return archive.read(names[wanted])
-    except zipfile.BadZipFile:
-        raise PermanentStepError(
-            "the VNF package content Tacker returned is not a zip file", step=step
-        ) from None
 
 
 async def installed(shell: NodeShell, node: ClusterNode, digest: str) -> bool:

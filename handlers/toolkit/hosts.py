@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from handlers.toolkit.shell import NodeShell
+from handlers.toolkit.topology import checked_node_name, ip_address_of
 from subscriber.config import ClusterSettings
 from subscriber.errors import ConfigError
 from subscriber.kernel.ports import ClusterNode
@@ -92,8 +93,16 @@ async def upload_scripts(shell: NodeShell, nodes: Sequence[ClusterNode]) -> None
 
 
 def hosts_block(members: Sequence[ClusterNode]) -> str:
-    """The ``/etc/hosts`` block naming ``members``."""
-    lines = (f"{n.nic_ip} {n.name}\n" for n in members)
+    """The ``/etc/hosts`` block naming ``members``.
+
+    Raises:
+        DiscoveryError: a member's address is not an IP address or its name not a DNS
+            label (checked at discovery; checked again where the file is made).
+    """
+    lines = (
+        f"{ip_address_of(n.nic_ip, f'node {n.name}')} {checked_node_name(n.name, 'a node')}\n"
+        for n in members
+    )
     return "".join([HOSTS_BEGIN + "\n", *lines, HOSTS_END + "\n"])
 
 

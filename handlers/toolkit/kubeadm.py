@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pydantic import SecretStr
 
 from handlers.toolkit.hosts import REMOTE_SCRIPT
+from handlers.toolkit.install_report import InstallReport, parse_install_output
 from handlers.toolkit.kubectl import is_member
 from handlers.toolkit.proxy import environment, proxy_secrets
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
-from schemas.cluster_params import InstallReport, parse_install_output
 from subscriber.errors import PermanentStepError, TransientStepError
 from subscriber.kernel.ports import ClusterNode
 

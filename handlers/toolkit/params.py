@@ -10,7 +10,7 @@ They hold passwords: keep them in memory, never in a step result or a log.
 
 A VNF with no parameters anywhere whose every VIM is a Kubernetes or Helm one is a
 CNF (deployed on a cluster, perhaps one we built), not a cluster of VMs: its jobs
-are skipped (:class:`~subscriber.errors.NotACluster`), not failed.
+end at the parameters step (:class:`~subscriber.errors.NotACluster`), not failed.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from schemas.cluster_params import (
 from subscriber.errors import ClusterParamsError, NotACluster, PermanentStepError
 from subscriber.kernel.ports import ApiVersion, TackerApi
 
-__all__ = ["CNF_VIM_TYPES", "api_version", "load_params", "not_a_cluster", "params_summary"]
+__all__ = ["CNF_VIM_TYPES", "api_version", "load_params"]
 
 # The VIM types of a VNF deployed on Kubernetes (v2, v2 Helm, v1).
 CNF_VIM_TYPES = frozenset({"ETSINFV.KUBERNETES.V_1", "ETSINFV.HELM.V_3", "kubernetes"})
-_NOT_A_CLUSTER = "notACluster"  # the key of a skipped parameters step's result
 
 
 def api_version(notification: Notification) -> ApiVersion:
@@ -88,18 +87,16 @@ def _vim_types(*sources: Any) -> set[str]:
     return types
 
 
-def not_a_cluster(result: Any) -> bool:
-    """Whether a step's stored result says its VNF is not a cluster (:class:`NotACluster`)."""
-    return isinstance(result, Mapping) and bool(result.get(_NOT_A_CLUSTER))
-
-
 async def load_params(
-    tacker: TackerApi, notification: VnfLcmOperationOccurrenceNotification
+    tacker: TackerApi,
+    notification: VnfLcmOperationOccurrenceNotification,
+    occ: Mapping[str, Any] | None = None,
 ) -> K8sClusterInstallationParams:
     """The operation's ``k8s_cluster_installation_param``, else the instance's saved ones.
 
     v1 scale/heal requests may carry ``master_node_username``/``_password``
-    overrides on top of the saved parameters.
+    overrides on top of the saved parameters. ``occ`` is the notification's op-occ
+    when already read (else it is read here).
 
     Raises:
         NotACluster: no parameters anywhere, and every VIM of the request and the
@@ -110,7 +107,8 @@ async def load_params(
     """
     n = notification
     api = api_version(n)
-    occ = await tacker.get_op_occ(n.vnfLcmOpOccId)
+    if occ is None:
+        occ = await tacker.get_op_occ(n.vnfLcmOpOccId)
     request = _mapping(occ, "operationParams", "additionalParams") or {}
     try:
         if PARAM_KEY in request:
@@ -131,7 +129,7 @@ async def load_params(
                     f"VNF instance {n.vnfInstanceId} is deployed on Kubernetes "
                     f"({', '.join(sorted(vims))}) and has no {PARAM_KEY}: a CNF, "
                     "not a cluster of VMs; nothing to do",
-                    {_NOT_A_CLUSTER: True, "vimTypes": sorted(vims)},
+                    {"notACluster": True, "vimTypes": sorted(vims)},
                 )
             raise PermanentStepError(
                 f"neither the {n.operation.value} request ({n.vnfLcmOpOccId}) nor the "
@@ -143,14 +141,3 @@ async def load_params(
     except ClusterParamsError as exc:
         # A PermanentStepError (not the schema's own error) so the runner files it as such.
         raise PermanentStepError(str(exc), vnf_instance_id=n.vnfInstanceId) from None
-
-
-def params_summary(params: K8sClusterInstallationParams, api: ApiVersion) -> dict[str, Any]:
-    """What a step may store of the parameters: nothing that logs in anywhere."""
-    return {
-        "api": api,
-        "masterVdu": params.master_node.vdu_id,
-        "workerVdu": params.worker_node.vdu_id,
-        "podCidr": params.pod_cidr,
-        "serviceCidr": params.service_cidr,
-    }

@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from schemas.cluster_params import K8sClusterInstallationParams, NodeParams
+from schemas.cluster_params import PARAM_KEY, K8sClusterInstallationParams, NodeParams
 from subscriber.config import ClusterSettings
 from subscriber.kernel.ports import ClusterNode, CommandResult, SshExecutor, SshTarget
 
@@ -64,6 +64,7 @@ class NodeShell:
             password=p.password,
             client_keys=(p.ssh_private_key_path,) if p.ssh_private_key_path else (),
             known_hosts=p.known_hosts,
+            origin=f"{PARAM_KEY}.{'master_node' if node.role == 'master' else 'worker_node'}",
         )
 
     async def run(

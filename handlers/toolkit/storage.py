@@ -11,7 +11,9 @@
   mounted on ``mount_to`` unless it already is; a directory with another device
   mounted on it fails the step.
 * **The exports** are Tacker's lines, ``<export_dir> <export_to>(rw,sync,
-  no_subtree_check,insecure,all_squash)``, in a file of their own,
+  no_subtree_check,insecure,all_squash)`` (or the options ``export_to`` gives, from
+  an allowed set; ``no_root_squash`` only with ``cluster.nfs_allow_no_root_squash``),
+  in a file of their own,
   ``/etc/exports.d/lccn-subscriber.exports`` (replaced only when it differs), and
   ``exportfs -ra`` applies them. The export directories are created (owned by
   the squashed user, 65534, so that clients can write); ``nfs-kernel-server`` is
@@ -34,12 +36,10 @@ result names a password.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import posixpath
+import re
 import shlex
 import time
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +47,9 @@ from typing import Any
 import yaml
 
 from handlers.toolkit.shell import NodeShell
+from handlers.toolkit.topology import ip_address_of
 from schemas.cluster_params import (
+    PARAM_KEY,
     NfsServerSetup,
     StorageServerParams,
 )
@@ -76,6 +78,7 @@ __all__ = [
 EXPORTS_FILE = "/etc/exports.d/lccn-subscriber.exports"
 EXPORT_OPTIONS = "rw,sync,no_subtree_check,insecure,all_squash"  # Tacker's
 NFS_CLIENT = "nfs-common"
+_DEVICE = re.compile(r"/dev/[A-Za-z0-9_.:/-]+")  # what Heat reports as an attachment's device
 _SQUASHED = "65534"  # nobody/nogroup: the user all_squash maps clients to
 
 # $1 device, $2 mount point. Prints one of: "mounted-already", "mounted <fstype>",
@@ -193,7 +196,7 @@ class PersistentVolume:
 def _fixed(addresses: Any, what: str) -> str:
     if not addresses.fixed_ips:
         raise DiscoveryError(f"{what} has no fixed IP in Heat")
-    return str(addresses.fixed_ips[0])
+    return ip_address_of(addresses.fixed_ips[0], what)
 
 
 async def find_server(
@@ -227,7 +230,11 @@ async def find_server(
         vnfc_id=vnfc_id,
         server_id=(vnfc.get("computeResource") or {}).get("resourceId"),
         stack_id=str(stack_id),
-        ssh_ip=ssh.floating_ip or _fixed(ssh, f"{storage.ssh_cp_name} of the storage server"),
+        ssh_ip=ip_address_of(
+            ssh.floating_ip, f"{storage.ssh_cp_name} of the storage server (floating IP)"
+        )
+        if ssh.floating_ip
+        else _fixed(ssh, f"{storage.ssh_cp_name} of the storage server"),
         nic_ip=_fixed(nic, f"{nic_cp} of the storage server"),
     )
 
@@ -254,6 +261,11 @@ async def volume_device(
             f"the Cinder volume {volume_resource_id} of the storage server is not attached "
             "(no attachments in Heat)"
         )
+    if not _DEVICE.fullmatch(devices[0]) or "/../" in devices[0] + "/":
+        raise DiscoveryError(
+            f"the Cinder volume {volume_resource_id} of the storage server: the device Heat "
+            "reports is not a /dev path"
+        )
     return devices[0]
 
 
@@ -261,7 +273,12 @@ async def volume_device(
 
 
 def _target(storage: StorageServerParams, server: StorageServer) -> SshTarget:
-    return SshTarget(host=server.ssh_ip, username=storage.username, password=storage.password)
+    return SshTarget(
+        host=server.ssh_ip,
+        username=storage.username,
+        password=storage.password,
+        origin=f"{PARAM_KEY}.storage_server",
+    )
 
 
 async def storage_run(
@@ -313,10 +330,29 @@ async def set_up_volume(
     return result.stdout.strip().splitlines()[-1]
 
 
-def exports_text(setups: Sequence[NfsServerSetup]) -> str:
-    """The exports file: Tacker's line per ``nfs_server_setup_params`` entry."""
+def exports_text(setups: Sequence[NfsServerSetup], *, allow_no_root_squash: bool = False) -> str:
+    """The exports file: Tacker's line per ``nfs_server_setup_params`` entry (its own
+    options when ``export_to`` gives them, else Tacker's).
+
+    Each part was checked by the schema (a path, a client, known options); each line is
+    checked again here, so that no value can end a line or add an export.
+
+    Raises:
+        PermanentStepError: ``no_root_squash`` is asked for and the operator does not
+            allow it (``cluster.nfs_allow_no_root_squash``).
+    """
     lines = ["# lccn-subscriber: storage_server.nfs_server_setup_params"]
-    lines += [f"{s.export_dir} {s.export_to}({EXPORT_OPTIONS})" for s in setups]
+    for index, setup in enumerate(setups):
+        where = f"{PARAM_KEY}.storage_server.nfs_server_setup_params.{index}.export_to"
+        options = setup.options or tuple(EXPORT_OPTIONS.split(","))
+        if "no_root_squash" in options and not allow_no_root_squash:
+            raise PermanentStepError(
+                f"{where}: no_root_squash is not allowed (cluster.nfs_allow_no_root_squash)"
+            )
+        line = f"{setup.export_dir} {setup.client}({','.join(options)})"
+        if not line.isprintable() or len(line.split()) != 2 or line.count("(") != 1:
+            raise PermanentStepError(f"{where}: does not make one exports line")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -339,7 +375,10 @@ async def apply_exports(
         storage,
         server,
         command,
-        input=exports_text(storage.nfs_server_setup_params),
+        input=exports_text(
+            storage.nfs_server_setup_params,
+            allow_no_root_squash=shell.settings.nfs_allow_no_root_squash,
+        ),
         timeout=shell.settings.install_timeout,
     )
     out = result.check(step=step).stdout.split()
@@ -358,37 +397,50 @@ async def install_nfs_client(
 # ------------------------------------------------------------------ the PVs
 
 
-def read_package_file(package: bytes, path: str, *, what: str, step: str | None) -> bytes:
-    """The file at ``path`` in the VNF package zip.
+MAX_YAML_NODES = 10_000  # a PersistentVolume has a few dozen
 
-    Raises:
-        PermanentStepError: not a path inside the package, not there, not a zip.
+
+class _Refused(yaml.YAMLError):
+    """A manifest the plain loader does not take (its message says why)."""
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """``SafeLoader`` without anchors and aliases, and with a node budget.
+
+    An alias makes one node count many times once the document is used (``json.dumps``
+    expands every reference: 372 bytes of nested aliases became 814 KB), and a PV
+    manifest has no use for one; the budget bounds what the rest can build.
     """
-    wanted = posixpath.normpath(path.strip().lstrip("/"))
-    if wanted.startswith("..") or wanted in ("", "."):
-        raise PermanentStepError(f"{what} {path!r} is not a path inside the VNF package", step=step)
-    try:
-        with zipfile.ZipFile(io.BytesIO(package)) as archive:
-            names = {posixpath.normpath(n): n for n in archive.namelist() if not n.endswith("/")}
-            if wanted not in names:
-                raise PermanentStepError(f"{what} {path!r} is not in the VNF package", step=step)
-            return archive.read(names[wanted])
-    except zipfile.BadZipFile:
-        raise PermanentStepError(
-            "the VNF package content Tacker returned is not a zip file", step=step
-        ) from None
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._nodes = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Refused(
+                f"YAML anchors and aliases are not accepted (line {event.start_mark.line + 1})"
+            )
+        self._nodes += 1
+        if self._nodes > MAX_YAML_NODES:
+            raise _Refused(f"more than {MAX_YAML_NODES} YAML nodes")
+        return super().compose_node(parent, index)
 
 
 def read_manifest(text: bytes, path: str, server_ip: str, *, step: str | None) -> PersistentVolume:
     """The PV of the manifest at ``path`` with ``spec.nfs.server`` set to ``server_ip``.
 
     Raises:
-        PermanentStepError: not YAML, not exactly one PersistentVolume with a name
+        PermanentStepError: not YAML, YAML with anchors or aliases or more than
+            :data:`MAX_YAML_NODES` nodes, not exactly one PersistentVolume with a name
             and an ``nfs`` source.
     """
     what = f"pv_manifest_file_path {path}"
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_PlainLoader) if d is not None]
+    except _Refused as exc:
+        raise PermanentStepError(f"{what}: {exc}", step=step) from None
     except yaml.YAMLError:
         raise PermanentStepError(f"{what} is not YAML", step=step) from None
     if len(docs) != 1 or not isinstance(docs[0], dict):

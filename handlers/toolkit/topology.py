@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,7 +34,15 @@ from schemas.cluster_params import K8sClusterInstallationParams, NodeParams
 from subscriber.errors import DiscoveryError
 from subscriber.kernel.ports import ClusterNode, OpenStackLookups, PortAddresses
 
-__all__ = ["API_PORT", "HA_PORT", "Topology", "discover", "node_name"]
+__all__ = [
+    "API_PORT",
+    "HA_PORT",
+    "Topology",
+    "checked_node_name",
+    "discover",
+    "ip_address_of",
+    "node_name",
+]
 
 HA_PORT = 16443
 API_PORT = 6443
@@ -103,6 +112,43 @@ def node_name(role: str, nic_ip: str) -> str:
     return f"{role}{nic_ip.rsplit('.', 1)[-1]}"
 
 
+# A Kubernetes node name that is also a hostname and an /etc/hosts name: one DNS label.
+_NODE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def ip_address_of(value: object, what: str) -> str:
+    """``value`` as an IP address (canonical text), else a permanent error naming ``what``.
+
+    What Heat and Nova report goes into ``/etc/hosts``, haproxy.cfg, a systemd drop-in
+    and command lines: nothing else may get there. The value itself is not echoed.
+
+    Raises:
+        DiscoveryError: not an IP address (an IPv6 scope, ``%...``, is refused too).
+    """
+    text = str(value)
+    try:
+        if "%" in text:
+            raise ValueError(text)
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise DiscoveryError(
+            f"{what}: the address Heat reports is not an IP address; nothing was written"
+        ) from None
+
+
+def checked_node_name(name: str, what: str) -> str:
+    """``name`` if it is a DNS label (a node name kubeadm and /etc/hosts take as is).
+
+    Raises:
+        DiscoveryError: it is not.
+    """
+    if not _NODE_NAME.fullmatch(name):
+        raise DiscoveryError(
+            f"{what}: node name {name!r} is not a DNS label (lower-case letters, digits, '-')"
+        )
+    return name
+
+
 def _ip_key(node: ClusterNode) -> tuple[int, str]:
     try:
         return int(ipaddress.ip_address(node.nic_ip)), node.nic_ip
@@ -123,7 +169,14 @@ def _select(vnfcs: list[Mapping[str, Any]], group: NodeParams) -> list[Mapping[s
 def _first_fixed(ports: PortAddresses, what: str) -> str:
     if not ports.fixed_ips:
         raise DiscoveryError(f"{what} has no fixed IP in Heat")
-    return ports.fixed_ips[0]
+    return ip_address_of(ports.fixed_ips[0], what)
+
+
+def _reachable(ports: PortAddresses, what: str) -> str:
+    """The port's floating IP, else its first fixed IP."""
+    if ports.floating_ip:
+        return ip_address_of(ports.floating_ip, f"{what} (floating IP)")
+    return _first_fixed(ports, what)
 
 
 async def _node(
@@ -145,11 +198,11 @@ async def _node(
     ssh = nic if group.ssh_cp_name == nic_cp else None
     if ssh is None:
         ssh = await openstack.port_addresses(stack_id, group.ssh_cp_name)
-    ssh_ip = ssh.floating_ip or _first_fixed(ssh, f"{group.ssh_cp_name} of VNFC {vnfc_id}")
+    ssh_ip = _reachable(ssh, f"{group.ssh_cp_name} of VNFC {vnfc_id}")
     server_id = (vnfc.get("computeResource") or {}).get("resourceId")
     host = await openstack.server_host(server_id) if server_id else None
     return ClusterNode(
-        name=node_name(role, nic_ip),
+        name=checked_node_name(node_name(role, nic_ip), f"{nic_cp} of VNFC {vnfc_id}"),
         role=role,
         vnfc_id=vnfc_id,
         nic_ip=nic_ip,
@@ -215,11 +268,9 @@ async def discover(
     cluster_fip: str | None = None
     if master.cluster_fip_name:
         fip_port = await openstack.port_addresses(stack, master.cluster_fip_name)
-        cluster_fip = fip_port.floating_ip or (
-            fip_port.fixed_ips[0] if fip_port.fixed_ips else None
-        )
-        if cluster_fip is None:
+        if fip_port.floating_ip is None and not fip_port.fixed_ips:
             raise DiscoveryError(f"cluster_fip_name {master.cluster_fip_name} has no address")
+        cluster_fip = _reachable(fip_port, f"cluster_fip_name {master.cluster_fip_name}")
 
     def with_cluster(n: ClusterNode) -> ClusterNode:
         return dataclasses.replace(n, cluster_ip=cluster_ip)

@@ -17,11 +17,11 @@ __all__ = ["add_parsers"]
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from handlers import registry_for, services_configured  # the CLI is above the handlers
+    from handlers import routing_for, services_configured  # the CLI is above the handlers
 
     settings = settings_from(args)
-    registry = registry_for(settings, services_configured(settings))
-    rows = [r.as_json() for r in registry.table()]
+    routing = routing_for(settings, services_configured(settings))
+    rows = [r.as_json() for r in routing.table()]
     if args.format == "json":
         print_json(rows)
     else:

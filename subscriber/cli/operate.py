@@ -102,7 +102,7 @@ def _confirm(count: int, mode: str) -> bool:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from handlers import registry_for, services_configured
+    from handlers import routing_for, services_configured
     from subscriber.replay import (
         Progress,
         actor,
@@ -121,14 +121,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     # The routes serve runs (the cluster handlers too), so the preview names its handler.
-    registry = registry_for(settings, services_configured(settings))
+    routing = routing_for(settings, services_configured(settings))
     who = actor()
 
     async def run(store: Store) -> int:
         rows, missing = await select_events(store, args.ids, flt, limit=args.limit)
         if missing:
             raise CliError(f"no event with id {', '.join(map(str, missing))}")
-        previews = await preview(store, registry, rows, args.mode)
+        previews = await preview(store, routing, rows, args.mode)
         replayable = [p.event.id for p in previews if p.replayable]
         refused = [p for p in previews if not p.replayable]
         filters = (

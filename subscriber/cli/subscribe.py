@@ -2,6 +2,8 @@
 
 Each command gets the effective settings and prints one line per result (or
 JSON); an error of the Tacker client becomes one line on stderr (exit 2).
+``subscribe`` opens the store too: the callback credentials it generates for
+the subscription are recorded there (verifiers only), where ``serve`` reads them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from subscriber.cli.helpers import EXIT_OK, CliError, Parents, Subparsers, settings_from
+from subscriber.cli.helpers import (
+    EXIT_OK,
+    CliError,
+    Parents,
+    Subparsers,
+    settings_from,
+    with_store,
+)
 from subscriber.config import Settings
 from subscriber.errors import ConfigError
 from subscriber.tacker.client import TackerClient
@@ -31,8 +40,9 @@ def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
     common = [parents.config]
     sub = subparsers.add_parser(
         "subscribe",
-        parents=common,
-        help="create our LCCN subscription in Tacker, or verify it exists (idempotent)",
+        parents=parents.store,
+        help="create our LCCN subscription in Tacker (with callback credentials serve "
+        "accepts), or verify it exists (idempotent)",
     )
     sub.add_argument("--callback-uri", help="override tacker.callback_uri")
     sub.set_defaults(tacker_command="subscribe", func=_cmd_tacker)
@@ -71,11 +81,20 @@ async def run_tacker_command(args: argparse.Namespace, settings: Settings) -> in
                     "tacker": settings.tacker.model_copy(update={"callback_uri": args.callback_uri})
                 }
             )
-        result = await _with_client(settings, lambda c: ensure_subscription(c, settings))
+        result = await _with_client(
+            settings,
+            lambda c: with_store(
+                settings, lambda s: ensure_subscription(c, settings, s.credentials)
+            ),
+        )
         sub = result.subscription
         what = "created" if result.created else "exists"
-        note = " (its filter differs from the configured one)" if result.filter_differs else ""
-        print(f"subscription {sub.get('id')} {what}: {sub.get('callbackUri')}{note}")
+        notes = [f"authentication: {result.auth}"]
+        if result.filter_differs:
+            notes.append("its filter differs from the configured one")
+        if result.replaced:
+            notes.append(f"replaced {', '.join(result.replaced)}: authentication not confirmed")
+        print(f"subscription {sub.get('id')} {what}: {sub.get('callbackUri')} ({'; '.join(notes)})")
         return EXIT_OK
     if command == "list":
         subs: list[dict[str, Any]] = await _with_client(settings, lambda c: c.list_subscriptions())

@@ -17,14 +17,17 @@ already, and may even have run (with nothing to drain) before the request came:
 - no PROCESSING event yet: we append one ourselves (source ``hook``), with the
   same dedup key as Tacker's, so whichever arrives second is the duplicate;
 - an event that is waiting or running: its job reads the request when its
-  ``select-leaving`` step runs; one that ran that step before the request
+  ``drain-request`` step runs; one that ran that step before the request
   came is queued again (replay ``anew``) once it has settled;
 - a settled event whose job drained the requested servers: the answer stands;
 - a failed one, asked again by a POST: Tacker retries the operation, so we do too.
 
 Both the POST and the GET apply this rule, so a request survives any order of
-arrival and any restart in between. Auth: ``Authorization: Bearer <hooks.token>``;
-the route exists only when a token is configured.
+arrival and any restart in between. Which handler drains is the routing table's
+answer for ``(SCALE|HEAL, PROCESSING)``; its typed results
+(:class:`~handlers.results.DrainServers`, :class:`~handlers.results.Leaving`)
+say what it drained. Auth: ``Authorization: Bearer <hooks.token>``; the route
+exists only when a token is configured.
 """
 
 from __future__ import annotations
@@ -33,19 +36,24 @@ import datetime as dt
 import hmac
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from schemas import parse_notification_data
-from schemas.hooks import DRAIN_HANDLER, REQUEST_STEP, SELECT_STEP, DrainRequest, drain_key
+from handlers.results import DrainServers, Leaving
+from schemas import LcmOperationStateType, parse_notification_data
+from schemas.hooks import DrainRequest, drain_key
+from schemas.ids import is_resource_id
 from subscriber.config import HookSettings
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.ingest.problems import problem_response
+from subscriber.kernel import RoutingTable
 from subscriber.redact import redact_text
 from subscriber.store import EventRow, EventStatus, NewEvent, StepStatus, Store
+from subscriber.store.jobs import JobRow
 
 __all__ = ["DrainAnswer", "DrainHook", "drain_answer"]
 
@@ -80,7 +88,8 @@ def _synthesized(request: DrainRequest) -> dict[str, Any]:
     """Tacker's PROCESSING notification of the op-occ, as Tacker v2 would send it."""
     base = "/vnflcm/v2"
     return {
-        "id": f"lccn-hook-{request.vnfLcmOpOccId}",
+        # A valid notification id whatever the op-occ id's length (schemas.ids).
+        "id": f"lccn-hook-{uuid.uuid5(uuid.NAMESPACE_URL, request.vnfLcmOpOccId)}",
         "notificationType": "VnfLcmOperationOccurrenceNotification",
         "subscriptionId": "lccn-hook",
         "timeStamp": dt.datetime.now(dt.UTC).isoformat(),
@@ -98,23 +107,37 @@ def _synthesized(request: DrainRequest) -> dict[str, Any]:
     }
 
 
-async def _drained(store: Store, event: EventRow) -> tuple[bool, set[str], tuple[str, ...]]:
-    """Whether the event's current job ran ``select-leaving``; the servers it took; its nodes."""
+def drains(routing: RoutingTable, event: EventRow, job: JobRow | None) -> bool:
+    """Whether ``job`` is the drain of ``event``'s operation: its handler is the one the
+    routing table gives ``(operation, PROCESSING)``."""
+    if job is None or not event.operation:
+        return False
+    handler = routing.handler_for(event.operation, LcmOperationStateType.PROCESSING)
+    return handler is not None and job.handler == handler.name
+
+
+async def _drained(
+    store: Store, routing: RoutingTable, event: EventRow
+) -> tuple[bool, set[str], tuple[str, ...]]:
+    """Whether the event's current job read the drain request; the servers it took; the
+    nodes it selected."""
     job = await store.jobs.current(event.id)
-    if job is None or job.handler != DRAIN_HANDLER:
+    if job is None or not drains(routing, event, job):
         return False, set(), ()
     results = {
-        s.name: s.result_json() or {}
+        s.name: s.result_json()
         for s in await store.jobs.steps(job.id)
         if s.status in (StepStatus.DONE, StepStatus.SKIPPED)
     }
-    if REQUEST_STEP not in results:
+    if DrainServers.step not in results:
         return False, set(), ()
-    nodes = tuple(results.get(SELECT_STEP, {}).get("nodes") or ())
-    return True, set(results[REQUEST_STEP].get("servers") or ()), nodes
+    leaving = Leaving.from_json(results.get(Leaving.step))
+    return True, set(DrainServers.from_json(results[DrainServers.step]).servers), leaving.nodes
 
 
-async def drain_answer(store: Store, op_occ_id: str, *, wake: Any = None) -> DrainAnswer | None:
+async def drain_answer(
+    store: Store, routing: RoutingTable, op_occ_id: str, *, wake: Any = None
+) -> DrainAnswer | None:
     """The answer to the op-occ's drain request (``None``: no request), queuing the work
     again when the event that should do it ran before the request came (see above)."""
     raw = await store.tacker.get_value(drain_key(op_occ_id))
@@ -129,13 +152,16 @@ async def drain_answer(store: Store, op_occ_id: str, *, wake: Any = None) -> Dra
         state = "running" if event.status == EventStatus.RUNNING else "pending"
         return DrainAnswer(state, op_occ_id, event.id)
     job = await store.jobs.current(event.id)
-    if event.status in (EventStatus.STALE, EventStatus.IGNORED, EventStatus.ECHO) or (
-        job is not None and job.handler != DRAIN_HANDLER
-    ):
+    if event.status in (
+        EventStatus.STALE,
+        EventStatus.IGNORED,
+        EventStatus.ECHO,
+        EventStatus.REJECTED,
+    ) or (job is not None and not drains(routing, event, job)):
         by = f"handler {job.handler}" if job is not None else "no handler"
         detail = f"the PROCESSING event {event.id} is {event.status} ({by}): nothing drains here"
         return DrainAnswer("failed", op_occ_id, event.id, detail=detail)
-    ran, took, nodes = await _drained(store, event)
+    ran, took, nodes = await _drained(store, routing, event)
     if (ran and wanted <= took) or event.status == EventStatus.FAILED:
         if event.status == EventStatus.DONE:
             return DrainAnswer("done", op_occ_id, event.id, nodes)
@@ -151,9 +177,12 @@ async def drain_answer(store: Store, op_occ_id: str, *, wake: Any = None) -> Dra
 class DrainHook:
     """``POST {path}`` and ``GET {path}/{vnfLcmOpOccId}`` (bearer-token auth)."""
 
-    def __init__(self, settings: HookSettings, store: Store, *, wake: Any = None) -> None:
+    def __init__(
+        self, settings: HookSettings, store: Store, routing: RoutingTable, *, wake: Any = None
+    ) -> None:
         self._settings = settings
         self._store = store
+        self._routing = routing
         self._wake = wake
         self._token = settings.bearer()
 
@@ -204,7 +233,9 @@ class DrainHook:
             await self._remember(drain)
             await self._ensure_event(drain)
             await self._retry_failed(drain)
-            answer = await drain_answer(self._store, drain.vnfLcmOpOccId, wake=self._wake)
+            answer = await drain_answer(
+                self._store, self._routing, drain.vnfLcmOpOccId, wake=self._wake
+            )
         except StoreUnavailable as exc:
             return problem_response(
                 503, exc.message, instance=request.path, headers={"Retry-After": "1"}
@@ -229,8 +260,12 @@ class DrainHook:
         if refused is not None:
             return refused
         op_occ = request.match_info["op_occ"]
+        if not is_resource_id(op_occ):
+            return problem_response(
+                400, "the path's vnfLcmOpOccId is not an id", instance=request.path
+            )
         try:
-            answer = await drain_answer(self._store, op_occ, wake=self._wake)
+            answer = await drain_answer(self._store, self._routing, op_occ, wake=self._wake)
         except StoreError as exc:
             return problem_response(
                 503, exc.message, instance=request.path, headers={"Retry-After": "1"}
@@ -262,8 +297,7 @@ class DrainHook:
             return
         job = await self._store.jobs.current(found[0].id)
         if (
-            job is not None
-            and job.handler == DRAIN_HANDLER
+            drains(self._routing, found[0], job)
             and await self._store.replays.request([found[0].id], "anew")
             and self._wake
         ):

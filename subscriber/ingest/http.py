@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import ssl
 from typing import Any
 
@@ -31,6 +32,8 @@ __all__ = ["CallbackIngress", "make_app"]
 log = logging.getLogger(__name__)
 
 _JSON_TYPES = frozenset({"application/json"})
+# The ``Version`` header is stored (events.api_version, 32 characters): "2.0.0", "1.3.0".
+_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,32}")
 EVENT_STORE_KEY = web.AppKey("event_store", EventStore)
 SETTINGS_KEY = web.AppKey("http_settings", HttpSettings)
 
@@ -70,16 +73,18 @@ async def _notification(request: web.Request) -> web.Response:
             instance=request.path,
             headers={"Connection": "close"},
         )
+    version = request.headers.get("Version")
+    if version is not None and not _VERSION.fullmatch(version):
+        return problem_response(
+            400,
+            "the Version header must be a version like 2.0.0 (at most 32 characters)",
+            instance=request.path,
+        )
     try:
         notification = parse_notification(body)
     except NotificationParseError as exc:
         return problem_response(400, exc.detail, instance=request.path, field=exc.field)
-    new = NewEvent(
-        source="http",
-        notification=notification,
-        raw=body,
-        api_version=request.headers.get("Version"),
-    )
+    new = NewEvent(source="http", notification=notification, raw=body, api_version=version)
     try:
         await store.append(new)
     except StoreUnavailable as exc:
@@ -116,6 +121,8 @@ def make_app(
 class CallbackIngress(Component):
     """Serves the app on ``settings.host:settings.port`` (TLS when given ``ssl_context``).
 
+    With ``probes=True`` it is the probes' own listener instead (plain HTTP on
+    ``settings.probes_listener()``: ``/healthz``, ``/readyz``, ``/metrics``).
     ``stop()`` stops accepting; in-flight requests finish.
     """
 
@@ -125,10 +132,16 @@ class CallbackIngress(Component):
         app: web.Application,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        probes: bool = False,
     ) -> None:
         super().__init__()
         self._settings = settings
         self._ssl = ssl_context
+        self._probes = probes
+        listener = settings.probes_listener() if probes else (settings.host, settings.port)
+        if listener is None:
+            raise ValueError("no probes listener: the callback listener serves the probes")
+        self._host, self._port = listener
         self.app = app
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -138,8 +151,8 @@ class CallbackIngress(Component):
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,
-            self._settings.host,
-            self._settings.port,
+            self._host,
+            self._port,
             backlog=1024,
             reuse_address=True,
             ssl_context=self._ssl,
@@ -148,19 +161,22 @@ class CallbackIngress(Component):
             await site.start()
         except OSError as exc:
             reason = (os.strerror(exc.errno) if exc.errno else str(exc)).lower()
+            names = (
+                "http.metrics_host or http.metrics_port"
+                if self._probes
+                else ("http.host, http.port or --port")
+            )
             raise ListenFailed(
-                f"cannot listen on {self._settings.host}:{self._settings.port}: {reason} "
-                "(http.host, http.port or --port)"
+                f"cannot listen on {self._host}:{self._port}: {reason} ({names})"
             ) from exc
         server: Any = site._server
         sockets = server.sockets if server is not None else []
-        self.port = int(sockets[0].getsockname()[1]) if sockets else self._settings.port
+        self.port = int(sockets[0].getsockname()[1]) if sockets else self._port
+        scheme = "https" if self._ssl else "http"
+        path = "/metrics" if self._probes else self._settings.path
         log.info(
-            "listening",
-            extra={
-                "url": f"{'https' if self._ssl else 'http'}://{self._settings.host}:{self.port}"
-                f"{self._settings.path}"
-            },
+            "metrics listening" if self._probes else "listening",
+            extra={"url": f"{scheme}://{self._host}:{self.port}{path}"},
         )
 
     async def _stop(self) -> None:

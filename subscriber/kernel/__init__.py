@@ -8,21 +8,23 @@ build on it.
 from subscriber.errors import SkipStep
 from subscriber.kernel.context import JobContext, Services
 from subscriber.kernel.plan import Plan, PlanItem, RetryClass, Step, StepFunc, StepsFor
-from subscriber.kernel.routing import Handler, HandlerRegistry, Route, RouteInfo, route_key
+from subscriber.kernel.results import StepResult
+from subscriber.kernel.routing import Handler, Route, RouteInfo, RoutingTable, route_key
 
 __all__ = [
     "Handler",
-    "HandlerRegistry",
     "JobContext",
     "Plan",
     "PlanItem",
     "RetryClass",
     "Route",
     "RouteInfo",
+    "RoutingTable",
     "Services",
     "SkipStep",
     "Step",
     "StepFunc",
+    "StepResult",
     "StepsFor",
     "route_key",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from schemas import Notification
 from subscriber.errors import ServiceMissing
@@ -15,8 +15,21 @@ from subscriber.kernel.ports import (
     SshExecutor,
     TackerApi,
 )
+from subscriber.kernel.results import StepResult
 
 __all__ = ["JobContext", "Services"]
+
+R = TypeVar("R", bound=StepResult)
+
+
+class _Reader(Protocol):
+    """What a context needs to know of its step (a :class:`~subscriber.kernel.plan.Step`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reads(self) -> frozenset[type[StepResult]]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,10 +102,12 @@ class JobContext:
         mode: ``live``, ``resume`` or ``anew``.
         notification: the event's notification, parsed from the stored
             (redacted) body: secrets must be read from Tacker, not from here.
-        results: results of this job's steps that are already done, by name;
-            a step's return value is added under its name when it finishes.
+        results: the stored form of this job's done steps' results, by step name
+            (the runner's; steps read them with :meth:`result`).
         services: the clients steps use.
         log: a logger adapter carrying the event/job/instance ids.
+        step: the name of the step this context is given to (:meth:`for_step`).
+        reads: the result kinds that step declares (``needs`` and ``wants``).
     """
 
     event_id: int
@@ -103,7 +118,40 @@ class JobContext:
     results: dict[str, Any]
     services: Services
     log: logging.LoggerAdapter[logging.Logger]
+    step: str | None = None
+    reads: frozenset[type[StepResult]] = frozenset()
 
     @property
     def vnf_instance_id(self) -> str:
         return self.notification.vnfInstanceId
+
+    def for_step(self, step: _Reader) -> JobContext:
+        """This context as ``step`` sees it (what it may read is what it declares)."""
+        return replace(self, step=step.name, reads=step.reads)
+
+    def result(self, kind: type[R]) -> R:
+        """The result of the earlier step that made ``kind``, which this step ``needs``.
+
+        Raises:
+            RuntimeError: the step does not declare ``kind``, or no earlier step made it
+                (a plan built with :class:`~subscriber.kernel.plan.Plan` cannot get here
+                for a kind in ``needs``).
+        """
+        found = self.result_if_made(kind)
+        if found is None:
+            raise RuntimeError(f"no earlier step made {kind.__name__} (step {kind.step!r})")
+        return found
+
+    def result_if_made(self, kind: type[R]) -> R | None:
+        """The result of kind ``kind`` if an earlier step made it, else ``None``.
+
+        Raises:
+            RuntimeError: the step declares ``kind`` in neither ``needs`` nor ``wants``.
+        """
+        if self.step is None or kind not in self.reads:
+            who = self.step if self.step is not None else "(no step)"
+            raise RuntimeError(
+                f"step {who!r} reads {kind.__name__} without declaring it in needs or wants"
+            )
+        stored = self.results.get(kind.step)
+        return None if stored is None else kind.from_json(stored)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import IO, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import SecretStr
 
@@ -80,18 +80,24 @@ class TackerApi(Protocol):
         """Remove our entry (v1 only: v2 resets vimConnectionInfo itself at TERMINATE)."""
         ...
 
-    async def register_vim(self, name: str, access: KubernetesAccess) -> str | None:
-        """``POST /v1.0/vims`` (type kubernetes); the VIM id, or None when registration is off."""
+    async def register_vim(self, name: str, access: KubernetesAccess, *, owner: str) -> str | None:
+        """``POST /v1.0/vims`` (type kubernetes); the VIM id, or None when registration is off.
+
+        ``owner`` is the VNF instance: a same-named VIM is replaced only when we
+        registered it (for that instance); otherwise a permanent error.
+        """
         ...
 
-    async def delete_vim(self, name: str) -> bool:
-        """Delete the VIM registered under ``name``; False if there was none."""
+    async def delete_vim(self, name: str, *, owner: str) -> bool:
+        """Delete the VIM we registered under ``name`` (for ``owner``); False if there was
+        none; a permanent error if that VIM is not ours."""
         ...
 
-    async def vnf_package_content(self, vnfd_id: str) -> bytes:
-        """The zip of the onboarded VNF package whose VNFD is ``vnfd_id``.
+    async def vnf_package(self, vnfd_id: str, into: IO[bytes]) -> None:
+        """Write the zip of the onboarded VNF package whose VNFD is ``vnfd_id`` into ``into``.
 
-        Raises a permanent error when no onboarded package has that VNFD.
+        Raises a permanent error when no onboarded package has that VNFD, or when it is
+        larger than the client allows.
         """
         ...
 
@@ -141,7 +147,11 @@ class OpenStackLookups(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SshTarget:
-    """Where and as whom to run: one pooled connection per (host, port, username).
+    """Where, as whom and with what to log in.
+
+    Two targets are equal only with the same credentials: the pool shares a
+    connection only between jobs presenting the same password, keys and pinned
+    host keys (it compares them by a keyed digest, never shown).
 
     Arguments:
         host: address or name of the VM (Tacker's ``ssh_cp_name`` IP).
@@ -149,17 +159,22 @@ class SshTarget:
             unless this is ``root``.
         port: SSH port; ``None`` takes the executor's default.
         password: for password authentication and ``sudo -S``.
-        client_keys: private key files tried before the executor's own.
+        client_keys: the parameters' private key files (``ssh_private_key_path``),
+            read only inside ``ssh.key_dir``. The executor's own keys are offered
+            only to a target with neither these nor a password.
         known_hosts: extra OpenSSH known_hosts lines trusted for this target
             (e.g. pinned in the VNF's parameters).
+        origin: where the credentials come from, named in messages
+            (``k8s_cluster_installation_param.master_node``).
     """
 
     host: str
     username: str = "root"
     port: int | None = None
-    password: SecretStr | None = field(default=None, compare=False, repr=False)
-    client_keys: tuple[Path, ...] = field(default=(), compare=False)
-    known_hosts: str | None = field(default=None, compare=False, repr=False)
+    password: SecretStr | None = field(default=None, repr=False)
+    client_keys: tuple[Path, ...] = ()
+    known_hosts: str | None = field(default=None, repr=False)
+    origin: str = field(default="", compare=False)
 
     def describe(self, default_port: int = 22) -> str:
         return f"{self.username}@{self.host}:{self.port or default_port}"

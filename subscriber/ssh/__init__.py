@@ -2,14 +2,20 @@
 
 Handlers talk to :class:`~subscriber.kernel.ports.SshExecutor` (a Protocol),
 so unit tests can inject an in-memory fake; the service and the ``ssh`` test
-tier use :class:`SshPool`, one reused asyncssh connection per (host, port, user).
+tier use :class:`SshPool`, one reused asyncssh connection per (host, port, user)
+and credentials: a job never rides on a connection another job logged in with
+other credentials or other pinned host keys, and a connection unused for
+``idle_timeout`` seconds is closed.
 asyncssh itself is imported with the first connection (:mod:`subscriber.ssh.transport`).
 
 What it does better than Tacker's ``RemoteCommandExecutor`` (TACKER.md §1.3):
 host keys are pinned (``strict``, or ``accept-new`` = trust on first use), key
 authentication as well as the password Tacker's parameters carry, a real
 timeout on every command, output bounded to its tail, and errors classified
-for the runner.
+for the runner. A key file named by a VNF's parameters is read only from inside
+``ssh.key_dir``, only if it is a regular file no larger than ``max_key_bytes``;
+the operator's ``client_keys`` are offered only to targets that bring neither a
+key nor a password of their own (and no other key, not even ``~/.ssh``'s, ever).
 
 Errors (:mod:`subscriber.errors`; all translated from asyncssh in
 :func:`subscriber.ssh.transport.ssh_errors`, with ``from exc``)::
@@ -20,7 +26,8 @@ Errors (:mod:`subscriber.errors`; all translated from asyncssh in
     └── CommandTimeout        a command ran past its timeout (its channel is closed)
     PermanentStepError
     ├── HostKeyRejected       unknown host key under ``strict``, or a changed key
-    ├── AuthenticationFailed  every offered key / the password was refused
+    ├── AuthenticationFailed  every offered key / the password was refused (or none)
+    ├── SshKeyRefused         a parameters' key file we may not read (outside key_dir ...)
     ├── SftpFailed            the upload was refused (no such dir, permission)
     └── CommandFailed         non-zero exit, raised by :meth:`CommandResult.check`
 
@@ -37,14 +44,17 @@ import asyncio
 import base64
 import contextlib
 import enum
+import hashlib
+import hmac
 import logging
 import os
 import re
 import shlex
+import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -54,6 +64,7 @@ from subscriber.errors import (
     ConfigError,
     SshConnectionLost,
     SshError,
+    SshKeyRefused,
 )
 from subscriber.kernel.ports import CommandResult, SshTarget
 from subscriber.lifecycle import Component, State
@@ -62,7 +73,7 @@ from subscriber.redact import mask_secrets
 if TYPE_CHECKING:
     import asyncssh
 
-__all__ = ["HostKeyPolicy", "KnownHosts", "SshPool"]
+__all__ = ["Credentials", "HostKeyPolicy", "KnownHosts", "SshPool", "read_key_file"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +83,9 @@ _READ_ENV = (
     'while IFS=" " read -r _n _v && [ -n "$_n" ]; do '
     'export "$_n=$(printf %s "$_v" | base64 -d)"; done; unset _n _v; '
 )
+
+
+_REAPER = "ssh-idle-reaper"  # the pool's task that closes idle connections
 
 
 class HostKeyPolicy(enum.Enum):
@@ -177,15 +191,84 @@ async def _drain(stream: asyncssh.SSHReader[bytes], tail: _Tail) -> None:
         tail.add(chunk)
 
 
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a target logs in with, loaded (in memory only, never logged).
+
+    Attributes:
+        keys: the parameters' private keys as read, each with the parameter it
+            came from (for messages).
+        operator_keys: whether ``ssh.client_keys`` are offered (the target brings
+            neither a key nor a password).
+        digest: a keyed digest of the password, the keys and the pinned host keys;
+            with host, port and user it is the pooled connection's identity.
+    """
+
+    keys: tuple[tuple[str, bytes], ...]
+    operator_keys: bool
+    digest: bytes = field(repr=False)
+
+
 @dataclass
 class _Host:
     lock: asyncio.Lock
     sessions: asyncio.Semaphore
+    credentials: Credentials
     conn: asyncssh.SSHClientConnection | None = None
+    users: int = 0  # runs and uploads holding the entry (it is not reaped meanwhile)
+    idle_since: float = 0.0
 
 
 def _missing(path: Path) -> str:
     return "no such file" if not path.exists() else "not readable"
+
+
+def read_key_file(settings: SshSettings, path: Path, what: str, host: str = "") -> bytes:
+    """The private key file at ``path``, if the operator lets parameters name it (blocking).
+
+    It must lie inside ``ssh.key_dir`` once every symlink is resolved, be a regular
+    file and hold at most ``max_key_bytes``; it is opened once, without following a
+    link, and checked on the open file, so ``/dev/zero`` or a FIFO fails at once.
+
+    Arguments:
+        what: the parameter, for messages (``...master_node.ssh_private_key_path``).
+
+    Raises:
+        SshKeyRefused: any of the above does not hold (the message names ``what``).
+    """
+
+    def refused(why: str) -> SshKeyRefused:
+        return SshKeyRefused(f"{what} {str(path)!r} is refused: {why}", host=host)
+
+    if settings.key_dir is None:
+        raise refused(
+            "ssh.key_dir is not set (the operator names the directory that parameters "
+            "may take private keys from)"
+        )
+    root = os.path.realpath(settings.key_dir)
+    real = os.path.realpath(path)
+    if real == root or os.path.commonpath([root, real]) != root:
+        raise refused(f"it is not inside ssh.key_dir ({settings.key_dir})")
+    cap = settings.max_key_bytes
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise refused(os.strerror(exc.errno) if exc.errno else "cannot be opened") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise refused("not a regular file")
+        if info.st_size > cap:
+            raise refused(f"larger than ssh.max_key_bytes ({cap} bytes)")
+        chunks, size = [], 0
+        while chunk := os.read(fd, cap + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > cap:
+                raise refused(f"larger than ssh.max_key_bytes ({cap} bytes)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class SshPool(Component):
@@ -205,8 +288,11 @@ class SshPool(Component):
         self._settings = settings
         self._policy = HostKeyPolicy(settings.host_key_policy)
         self._known_hosts = known_hosts or KnownHosts(settings.resolved_known_hosts())
-        self._hosts: dict[tuple[str, int, str], _Host] = {}
+        self._hosts: dict[tuple[str, int, str, bytes], _Host] = {}
+        # Keys the credentials' digests: they are comparable only within this pool.
+        self._digest_key = os.urandom(32)
         self.connects = 0
+        self.idle_closed = 0
 
     @property
     def known_hosts(self) -> KnownHosts:
@@ -232,6 +318,30 @@ class SshPool(Component):
                 f"ssh.known_hosts: {known}: {_missing(known)} (with host_key_policy strict "
                 "no host would be trusted; use accept-new to record keys on first use)"
             )
+        key_dir = self._settings.key_dir
+        if key_dir is not None and not key_dir.is_dir():
+            raise ConfigError(f"ssh.key_dir: {key_dir}: not a directory")
+
+    async def _reap(self) -> None:
+        """Close the connections unused for ``idle_timeout`` seconds, forget their entries."""
+        limit = self._settings.idle_timeout
+        while True:
+            await asyncio.sleep(max(0.05, min(limit / 2, 5.0)))
+            now = time.monotonic()
+            closing = []
+            for key, entry in list(self._hosts.items()):
+                if entry.users or entry.lock.locked() or now - entry.idle_since < limit:
+                    continue
+                del self._hosts[key]
+                if entry.conn is not None:
+                    closing.append(entry.conn)
+                    entry.conn = None
+            for conn in closing:
+                conn.close()
+                self.idle_closed += 1
+            for conn in closing:
+                with contextlib.suppress(Exception):
+                    await conn.wait_closed()
 
     async def _stop(self) -> None:
         # Running commands fail as connection lost.
@@ -252,24 +362,58 @@ class SshPool(Component):
     def _port(self, target: SshTarget) -> int:
         return target.port or self._settings.port
 
-    def _entry(self, target: SshTarget) -> _Host:
+    async def _credentials(self, target: SshTarget) -> Credentials:
+        """The target's credentials, its key files read (and checked) off the event loop."""
+        what = f"{target.origin}.ssh_private_key_path" if target.origin else "ssh_private_key_path"
+        host = target.describe(self._settings.port)
+        keys = tuple(
+            [
+                (what, await asyncio.to_thread(read_key_file, self._settings, path, what, host))
+                for path in target.client_keys
+            ]
+        )
+        password = target.password.get_secret_value() if target.password is not None else None
+        operator = not keys and password is None
+        mac = hmac.new(self._digest_key, digestmod=hashlib.sha256)
+        for part in (
+            b"password" if password is None else b"password:" + password.encode(),
+            *(b"key:" + hashlib.sha256(data).digest() for _, data in keys),
+            b"operator-keys" if operator else b"own",
+            b"known-hosts:" + (target.known_hosts or "").encode(),
+        ):
+            mac.update(len(part).to_bytes(8, "big") + part)
+        return Credentials(keys=keys, operator_keys=operator, digest=mac.digest())
+
+    async def _checkout(self, target: SshTarget) -> _Host:
+        """The pool entry of the target and its credentials, held until :meth:`_checkin`."""
         self._ensure_running()
-        key = (target.host, self._port(target), target.username)
+        credentials = await self._credentials(target)
+        self._ensure_running()
+        key = (target.host, self._port(target), target.username, credentials.digest)
         entry = self._hosts.get(key)
         if entry is None:
             entry = _Host(
                 lock=asyncio.Lock(),
                 sessions=asyncio.Semaphore(self._settings.max_sessions_per_host),
+                credentials=credentials,
             )
             self._hosts[key] = entry
+        entry.users += 1
+        if self._task(_REAPER) is None:  # started with the first use, not with the pool
+            self._spawn(_REAPER, self._reap, restart=True)
         return entry
+
+    @staticmethod
+    def _checkin(entry: _Host) -> None:
+        entry.users -= 1
+        entry.idle_since = time.monotonic()
 
     async def _connection(self, target: SshTarget, entry: _Host) -> asyncssh.SSHClientConnection:
         async with entry.lock:
             if entry.conn is not None and not entry.conn.is_closed():
                 return entry.conn
             entry.conn = None
-            conn = await self._connect(target)
+            conn = await self._connect(target, entry.credentials)
             if self.state is not State.RUNNING:  # stopped while we connected
                 conn.close()
                 raise RuntimeError("SshPool was stopped")
@@ -277,13 +421,20 @@ class SshPool(Component):
             self.connects += 1
             return conn
 
-    async def _connect(self, target: SshTarget) -> asyncssh.SSHClientConnection:
+    async def _connect(
+        self, target: SshTarget, credentials: Credentials
+    ) -> asyncssh.SSHClientConnection:
         # asyncssh (~15 MB) is imported with the first connection, not with this module:
         # a serve that runs no SSH step never holds it.
         from subscriber.ssh.transport import connect
 
         return await connect(
-            target, self._settings, self._known_hosts, self._policy, self._port(target)
+            target,
+            self._settings,
+            self._known_hosts,
+            self._policy,
+            self._port(target),
+            credentials,
         )
 
     # -- the executor
@@ -362,10 +513,9 @@ class SshPool(Component):
 
         Raises:
             SshConnectError, SshConnectionLost, CommandTimeout: transient.
-            HostKeyRejected, AuthenticationFailed: permanent.
+            HostKeyRejected, AuthenticationFailed, SshKeyRefused: permanent.
             RuntimeError: the pool is not open.
         """
-        entry = self._entry(target)
         host = target.describe(self._settings.port)
         limit = command_timeout if command_timeout is not None else self._settings.command_timeout
         full, stdin = self._wrap(target, command, sudo, env, limit)
@@ -373,6 +523,23 @@ class SshPool(Component):
             stdin += input.encode() if isinstance(input, str) else input
         masks = (*secrets, target.password.get_secret_value() if target.password else "")
         shown = mask_secrets(command, masks)
+        entry = await self._checkout(target)
+        try:
+            return await self._run(entry, target, host, full, stdin, shown, masks, limit)
+        finally:
+            self._checkin(entry)
+
+    async def _run(
+        self,
+        entry: _Host,
+        target: SshTarget,
+        host: str,
+        full: str,
+        stdin: bytes,
+        shown: str,
+        masks: Sequence[str],
+        limit: float,
+    ) -> CommandResult:
         conn = await self._connection(target, entry)
         out, err = _Tail(self._settings.max_output_bytes), _Tail(self._settings.max_output_bytes)
         started = time.monotonic()
@@ -452,25 +619,28 @@ class SshPool(Component):
             SftpFailed: the remote side refused (no such directory, permission).
             SshConnectError, SshConnectionLost: transient; a timeout is
                 ``SshConnectionLost`` too.
-            HostKeyRejected, AuthenticationFailed: permanent.
+            HostKeyRejected, AuthenticationFailed, SshKeyRefused: permanent.
         """
         if isinstance(source, Path):
             data = await asyncio.to_thread(source.read_bytes)
         else:
             data = source if isinstance(source, bytes) else bytes(source, "utf-8")
-        entry = self._entry(target)
         host = target.describe(self._settings.port)
         limit = upload_timeout if upload_timeout is not None else self._settings.command_timeout
-        conn = await self._connection(target, entry)
-        async with entry.sessions:
-            with _ssh_errors(host, f"uploading {remote_path} to", ()):
-                try:
-                    async with asyncio.timeout(limit), conn.start_sftp_client() as sftp:
-                        async with sftp.open(remote_path, "wb") as fh:
-                            await fh.write(data)
-                        await sftp.chmod(remote_path, mode)
-                except TimeoutError as exc:
-                    raise _error(
-                        SshConnectionLost, f"uploading {remote_path} to {host} timed out", host
-                    ) from exc
+        entry = await self._checkout(target)
+        try:
+            conn = await self._connection(target, entry)
+            async with entry.sessions:
+                with _ssh_errors(host, f"uploading {remote_path} to", ()):
+                    try:
+                        async with asyncio.timeout(limit), conn.start_sftp_client() as sftp:
+                            async with sftp.open(remote_path, "wb") as fh:
+                                await fh.write(data)
+                            await sftp.chmod(remote_path, mode)
+                    except TimeoutError as exc:
+                        raise _error(
+                            SshConnectionLost, f"uploading {remote_path} to {host} timed out", host
+                        ) from exc
+        finally:
+            self._checkin(entry)
         log.debug("ssh %s: uploaded %d bytes to %s", host, len(data), remote_path)

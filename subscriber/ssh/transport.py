@@ -26,14 +26,38 @@ from subscriber.errors import (
     SshConnectError,
     SshConnectionLost,
     SshError,
+    SshKeyRefused,
 )
 from subscriber.kernel.ports import SshTarget
 from subscriber.redact import mask_secrets
-from subscriber.ssh import HostKeyPolicy, KnownHosts, _error
+from subscriber.ssh import Credentials, HostKeyPolicy, KnownHosts, _error
 
 __all__ = ["PolicyClient", "connect", "ssh_errors"]
 
 log = logging.getLogger(__name__)
+
+
+def _offered_keys(
+    host: str, settings: SshSettings, credentials: Credentials
+) -> list[asyncssh.SSHKey] | list[str] | None:
+    """The keys to offer: the target's own, else (with no password either) the operator's.
+
+    ``None`` turns public-key authentication off: asyncssh would otherwise offer the
+    keys it finds in ``~/.ssh`` of the user we run as.
+    """
+    if credentials.keys:
+        loaded = []
+        for what, data in credentials.keys:
+            try:
+                loaded.append(asyncssh.import_private_key(data))
+            except (asyncssh.KeyImportError, ValueError):
+                raise SshKeyRefused(
+                    f"{what} is refused: not an unencrypted private key", host=host
+                ) from None
+        return loaded
+    if credentials.operator_keys and settings.client_keys:
+        return [str(p) for p in settings.client_keys]
+    return None
 
 
 async def connect(
@@ -42,16 +66,26 @@ async def connect(
     known_hosts: KnownHosts,
     policy: HostKeyPolicy,
     port: int,
+    credentials: Credentials,
 ) -> asyncssh.SSHClientConnection:
     """Open a connection to ``target`` on ``port``, host key checked against ``known_hosts``.
 
+    Arguments:
+        credentials: the target's, loaded by the pool (its keys already read and checked).
+
     Raises:
         SshConnectError, SshConnectionLost: transient.
-        HostKeyRejected, AuthenticationFailed: permanent.
+        HostKeyRejected, AuthenticationFailed, SshKeyRefused: permanent.
     """
     host = target.describe(settings.port)
     password = target.password.get_secret_value() if target.password else None
-    keys = [str(p) for p in (*target.client_keys, *settings.client_keys)]
+    keys = _offered_keys(host, settings, credentials)
+    if keys is None and password is None:
+        raise AuthenticationFailed(
+            f"cannot connect to {host}: no credentials (the parameters give no password or "
+            "ssh_private_key_path, and ssh.client_keys is empty)",
+            host=host,
+        )
     client = PolicyClient(known_hosts, policy, port, target.known_hosts)
     started = time.monotonic()
     with ssh_errors(host, "cannot connect to", [password or ""], client, connecting=True):

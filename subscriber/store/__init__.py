@@ -6,10 +6,12 @@ import os
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from schemas.callback_credentials import StoredCredential
 from subscriber.config import DatabaseSettings
 from subscriber.errors import SchemaTooNew, StoreError, StoreUnavailable
 from subscriber.lifecycle import Component
 from subscriber.redact import redact_url
+from subscriber.store.credentials import CredentialStore
 from subscriber.store.database import Database
 from subscriber.store.events import AppendedEvent, EventStore, QueueStats
 from subscriber.store.failed import FailedEvent, FailedFilter, FailedStore
@@ -27,6 +29,7 @@ from subscriber.store.writer import WriteQueue
 __all__ = [
     "AppendResult",
     "AppendedEvent",
+    "CredentialStore",
     "EventRow",
     "EventStatus",
     "EventStore",
@@ -49,6 +52,7 @@ __all__ = [
     "RetentionStore",
     "StepStatus",
     "Store",
+    "StoredCredential",
     "TackerStateStore",
     "dedup_key_of",
     "schema_revision",
@@ -125,6 +129,7 @@ class Store(Component):
         self.retention = RetentionStore(self.db, writer=self.writer)
         self.inventory = InventoryStore(self.db, writer=self.writer)
         self.tacker = TackerStateStore(self.db, writer=self.writer)
+        self.credentials = CredentialStore(self.db, writer=self.writer)
         self.failed = FailedStore(self.db)
 
     async def _start(self) -> None:

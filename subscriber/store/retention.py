@@ -24,7 +24,7 @@ from subscriber.store.writer import WriteQueue
 __all__ = ["KEPT_UNTIL_ASKED", "SETTLED", "PruneCounts", "RetentionStore"]
 
 SETTLED = (EventStatus.DONE, EventStatus.IGNORED, EventStatus.STALE, EventStatus.ECHO)
-KEPT_UNTIL_ASKED = (EventStatus.FAILED, EventStatus.POISON)
+KEPT_UNTIL_ASKED = (EventStatus.FAILED, EventStatus.POISON, EventStatus.REJECTED)
 
 
 @dataclass(frozen=True, slots=True)

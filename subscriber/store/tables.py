@@ -36,6 +36,7 @@ class EventStatus:
     STALE = "stale"  # older than a transition already handled for its op-occ
     ECHO = "echo"  # notification of our own write-back
     POISON = "poison"  # unparseable input kept for the operator (Kafka)
+    REJECTED = "rejected"  # Tacker contradicts the notification: never run, never replayed
 
     OPEN = (PENDING, RUNNING, RETRY)
     HANDLED = (RUNNING, RETRY, DONE, FAILED, IGNORED, ECHO)

@@ -22,15 +22,21 @@ import logging
 import random
 import time
 import uuid
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
+from urllib.parse import quote
 
 import aiohttp
 
 from subscriber.config import TackerSettings
-from subscriber.errors import TackerOpFailed, TackerRejected, TackerUnavailable
+from subscriber.errors import (
+    PermanentStepError,
+    TackerOpFailed,
+    TackerRejected,
+    TackerUnavailable,
+    VimNotOurs,
+)
 from subscriber.kernel.ports import ApiVersion, KubernetesAccess
 from subscriber.lifecycle import Component
 from subscriber.tacker.auth import TackerAuth, build_auth
@@ -40,7 +46,11 @@ from subscriber.tacker.ports import EchoRecorder
 __all__ = [
     "Response",
     "TackerClient",
+    "filter_value",
+    "is_our_vim",
+    "segment",
     "vim_connection_entry",
+    "vim_description",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,6 +69,57 @@ class Response:
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
+
+
+def segment(value: object) -> str:
+    """``value`` as one URL path segment: every reserved character escaped (``/``, ``?``,
+    ``#``, ``%``), and ``.``/``..``/empty refused, since no escape keeps a dot segment
+    from being normalised away (``vnf_instances/..`` is ``vnflcm/v2/``).
+
+    Raises:
+        TackerRejected: the value is empty, ``.`` or ``..`` (nothing was sent).
+    """
+    text = str(value)
+    if text in ("", ".", ".."):
+        raise TackerRejected(f"{text!r} cannot name a Tacker resource in a URL path")
+    return quote(text, safe="")
+
+
+def filter_value(value: object) -> str:
+    """``value`` as a value of a SOL013 attribute filter (``(eq,vnfdId,<value>)``).
+
+    Raises:
+        TackerRejected: it holds a character of the filter's own syntax, which would add
+            or end a clause.
+    """
+    text = str(value)
+    if not text or any(c in text for c in ",;()'\"") or not text.isprintable():
+        raise TackerRejected(
+            "a value with , ; ( ) ' \" or a control character cannot be filtered on"
+        )
+    return text
+
+
+VIM_MARKER = "registered by lccn-subscriber"
+
+
+def vim_description(owner: str | None) -> str:
+    """The description that marks a VIM ours (Tacker keeps and returns it as given)."""
+    return f"{VIM_MARKER} for VNF instance {owner}" if owner else VIM_MARKER
+
+
+def is_our_vim(vim: Mapping[str, Any], owner: str | None) -> bool:
+    """Whether we registered ``vim`` (for ``owner``, when given).
+
+    Without an owner, any of our marks will do. A VIM with the mark of older versions
+    (no instance in it) is the owner's only under Tacker's default name for it.
+    """
+    description = str(vim.get("description") or "")
+    if owner is None:
+        return description == VIM_MARKER or description.startswith(VIM_MARKER + " for ")
+    return description == vim_description(owner) or (
+        description == VIM_MARKER and vim.get("name") == f"kubernetes_vim_{owner}"
+    )
 
 
 def _entry_id(vnf_instance_id: str, key: str) -> str:
@@ -93,6 +154,8 @@ class TackerClient(Component):
             filter reads it; the service gives the store's ``tacker`` part);
             ``None`` in tools that never write back.
         auth: override the auth built from ``settings`` (tests).
+        on_retry: called with the status (0: no answer) of each answer that is about
+            to be retried (the service counts them in ``lccn_tacker_retries``).
 
     Usage::
 
@@ -106,15 +169,15 @@ class TackerClient(Component):
         *,
         echo: EchoRecorder | None = None,
         auth: TackerAuth | None = None,
+        on_retry: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
         self._echo = echo
         self._auth_override = auth
+        self._on_retry = on_retry
         self._auth: TackerAuth | None = None
         self._session: aiohttp.ClientSession | None = None
-        # Retried answers by status (0: no answer), for tests and diagnostics.
-        self.retried: Counter[int] = Counter()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -153,6 +216,9 @@ class TackerClient(Component):
         api: ApiVersion | None = "v2",
         content_type: str = "application/json",
         accept: str = "application/json",
+        sink: IO[bytes] | None = None,
+        max_bytes: int | None = None,
+        call_timeout: float | None = None,
     ) -> Response:
         """One call to Tacker, retried on 409/5xx/connection errors, errors translated.
 
@@ -161,13 +227,18 @@ class TackerClient(Component):
             expected: the statuses that count as success.
             api: sets the ``Version`` header (``None``: none, for ``/v1.0``).
             accept: the ``Accept`` header (``application/zip`` for package content).
+            sink: a successful answer's body is streamed into it (from its start on
+                every attempt) rather than read into memory; ``Response.body`` is empty.
+            max_bytes: with ``sink``, the most it takes.
+            call_timeout: seconds for the whole call instead of ``tacker.request_timeout``.
 
         Returns:
-            the response, with its body read.
+            the response, with its body read (or written to ``sink``).
 
         Raises:
             TackerUnavailable: (transient) still 409/5xx/unreachable after the retries.
             TackerRejected: (permanent) any other status, or auth refused.
+            PermanentStepError: the body streamed to ``sink`` exceeds ``max_bytes``.
         """
         self._ensure_running()
         assert self._session is not None and self._auth is not None
@@ -185,10 +256,17 @@ class TackerClient(Component):
                     if data is not None:
                         headers["Content-Type"] = content_type
                     url = await self._auth.endpoint() + path
+                    extra: dict[str, Any] = {}
+                    if call_timeout is not None:
+                        extra["timeout"] = aiohttp.ClientTimeout(total=call_timeout)
                     async with self._session.request(
-                        method, url, data=data, params=params, headers=headers
+                        method, url, data=data, params=params, headers=headers, **extra
                     ) as resp:
-                        raw = await resp.read()
+                        if sink is not None and resp.status in expected:
+                            await _stream(resp, sink, max_bytes, what)
+                            raw = b""
+                        else:
+                            raw = await resp.read()
                         result = Response(resp.status, dict(resp.headers), raw)
             except TackerUnavailable as exc:
                 error: TackerUnavailable | TackerRejected = exc
@@ -208,7 +286,8 @@ class TackerClient(Component):
                 raise type(error)(
                     f"{error.message} (after {attempt} attempts)", status=error.status
                 ) from error
-            self.retried[error.status or 0] += 1
+            if self._on_retry is not None:
+                self._on_retry(error.status or 0)
             delay = self._backoff(attempt)
             log.debug(
                 "tacker call will be retried",
@@ -231,7 +310,7 @@ class TackerClient(Component):
         """``GET vnf_instances/{id}`` (Tacker strips the secrets)."""
         api = api or self.settings.api_version
         data: dict[str, Any] = await self._get_json(
-            f"{self._lcm(api)}/vnf_instances/{vnf_instance_id}", api=api
+            f"{self._lcm(api)}/vnf_instances/{segment(vnf_instance_id)}", api=api
         )
         return data
 
@@ -239,7 +318,7 @@ class TackerClient(Component):
         """``GET vnf_lcm_op_occs/{id}``."""
         api = api or self.settings.api_version
         data: dict[str, Any] = await self._get_json(
-            f"{self._lcm(api)}/vnf_lcm_op_occs/{op_occ_id}", api=api
+            f"{self._lcm(api)}/vnf_lcm_op_occs/{segment(op_occ_id)}", api=api
         )
         return data
 
@@ -271,7 +350,7 @@ class TackerClient(Component):
         api = api or self.settings.api_version
         resp = await self.request(
             "PATCH",
-            f"{self._lcm(api)}/vnf_instances/{vnf_instance_id}",
+            f"{self._lcm(api)}/vnf_instances/{segment(vnf_instance_id)}",
             body=body,
             api=api,
             expected=(202,),
@@ -282,7 +361,8 @@ class TackerClient(Component):
             return location.rstrip("/").rsplit("/", 1)[1]
         # v1 may answer without Location: the newest MODIFY_INFO of the instance is ours.
         occs = await self.list_op_occs(
-            f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,MODIFY_INFO)", api=api
+            f"(eq,vnfInstanceId,{filter_value(vnf_instance_id)});(eq,operation,MODIFY_INFO)",
+            api=api,
         )
         if not occs:
             raise TackerUnavailable(f"PATCH of {vnf_instance_id}: 202 but no MODIFY_INFO op-occ")
@@ -391,24 +471,47 @@ class TackerClient(Component):
         data = await self._get_json("/v1.0/vims", api=None)
         return list((data or {}).get("vims", []))
 
-    async def register_vim(self, name: str, access: KubernetesAccess) -> str | None:
+    def _refuse_foreign(self, vim: Mapping[str, Any], name: str, owner: str | None) -> None:
+        if not is_our_vim(vim, owner):
+            whose = f" for VNF instance {owner}" if owner else ""
+            raise VimNotOurs(
+                f"vim_name {name!r}: Tacker's VIM {vim.get('id')} of that name was not "
+                f"registered by lccn-subscriber{whose}; it is left alone (choose another "
+                "vim_name, or delete that VIM yourself)"
+            )
+
+    async def register_vim(
+        self, name: str, access: KubernetesAccess, *, owner: str | None = None
+    ) -> str | None:
         """``POST /v1.0/vims`` (type kubernetes), as the v1 driver's ``_create_vim`` did.
 
-        An existing VIM of that name is reused when its ``auth_url`` matches,
-        else replaced. Returns the VIM id, or None when ``register_vim`` is off.
+        The VIM's description marks it ours (:func:`vim_description`). An existing VIM
+        of that name is reused when it is ours and its ``auth_url`` matches, replaced
+        when it is ours, and never touched when it is not. Returns the VIM id, or None
+        when ``register_vim`` is off.
+
+        Arguments:
+            owner: the VNF instance the VIM is for: a VIM registered for another
+                instance is not ours to replace either.
+
+        Raises:
+            VimNotOurs: a VIM of that name exists that we did not register (for ``owner``).
         """
         if not self.settings.register_vim:
             return None
         for vim in await self.list_vims():
             if vim.get("name") == name:
+                self._refuse_foreign(vim, name, owner)
                 if vim.get("auth_url") == access.endpoint:
                     return str(vim["id"])
-                await self.request("DELETE", f"/v1.0/vims/{vim['id']}", api=None, expected=(204,))
+                await self.request(
+                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204,)
+                )
         body = {
             "vim": {
                 "type": "kubernetes",
                 "name": name,
-                "description": "registered by lccn-subscriber",
+                "description": vim_description(owner),
                 "is_default": False,
                 "auth_url": access.endpoint,
                 "auth_cred": {
@@ -425,15 +528,23 @@ class TackerClient(Component):
         resp = await self.request("POST", "/v1.0/vims", body=body, api=None, expected=(201,))
         return str(resp.json()["vim"]["id"])
 
-    async def delete_vim(self, name: str) -> bool:
-        """Delete the VIM registered under ``name``; False if there was none (or it is off)."""
+    async def delete_vim(self, name: str, *, owner: str | None = None) -> bool:
+        """Delete the VIM we registered under ``name``; False if there was none (or it is off).
+
+        Raises:
+            VimNotOurs: a VIM of that name exists that we did not register (for ``owner``);
+                nothing was deleted.
+        """
         if not self.settings.register_vim:
             return False
         found = False
-        for vim in await self.list_vims():
+        vims = [vim for vim in await self.list_vims() if vim.get("name") == name]
+        for vim in vims:
+            self._refuse_foreign(vim, name, owner)
+        for vim in vims:
             if vim.get("name") == name:
                 await self.request(
-                    "DELETE", f"/v1.0/vims/{vim['id']}", api=None, expected=(204, 404)
+                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204, 404)
                 )
                 found = True
         return found
@@ -442,21 +553,22 @@ class TackerClient(Component):
 
     # -- VNF packages (v1 VNF package management: Tacker 16 has no v2 of it) -------
 
-    async def vnf_package_content(self, vnfd_id: str) -> bytes:
-        """The zip of the ONBOARDED package whose ``vnfdId`` is ``vnfd_id``.
+    async def vnf_package(self, vnfd_id: str, into: IO[bytes]) -> None:
+        """Write the zip of the ONBOARDED package whose ``vnfdId`` is ``vnfd_id`` into ``into``.
 
         ``GET /vnfpkgm/v1/vnf_packages?filter=(eq,vnfdId,...)`` finds the
-        package, ``GET /vnfpkgm/v1/vnf_packages/{id}/package_content`` fetches it
-        (whole, in memory: a package with large images costs that much).
+        package, ``GET /vnfpkgm/v1/vnf_packages/{id}/package_content`` streams it
+        (never whole in memory), at most ``tacker.max_package_bytes``.
 
         Raises:
             TackerRejected: no onboarded package has that VNFD (permanent).
+            PermanentStepError: the package is larger than ``tacker.max_package_bytes``.
             TackerUnavailable: Tacker could not be asked (transient).
         """
         found = await self._get_json(
             "/vnfpkgm/v1/vnf_packages",
             api=None,
-            params={"filter": f"(eq,vnfdId,{vnfd_id})"},
+            params={"filter": f"(eq,vnfdId,{filter_value(vnfd_id)})"},
         )
         packages = [
             p
@@ -467,13 +579,15 @@ class TackerClient(Component):
         ]
         if not packages:
             raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
-        resp = await self.request(
+        await self.request(
             "GET",
-            f"/vnfpkgm/v1/vnf_packages/{packages[0]['id']}/package_content",
+            f"/vnfpkgm/v1/vnf_packages/{segment(packages[0]['id'])}/package_content",
             api=None,
             accept="application/zip",
+            sink=into,
+            max_bytes=self.settings.max_package_bytes,
+            call_timeout=self.settings.package_timeout,
         )
-        return resp.body
 
     async def create_subscription(
         self, body: dict[str, Any], *, api: ApiVersion | None = None
@@ -494,9 +608,26 @@ class TackerClient(Component):
         """DELETE one subscription; False if Tacker did not know it."""
         api = api or self.settings.api_version
         resp = await self.request(
-            "DELETE", f"{self._lcm(api)}/subscriptions/{sub_id}", api=api, expected=(204, 404)
+            "DELETE",
+            f"{self._lcm(api)}/subscriptions/{segment(sub_id)}",
+            api=api,
+            expected=(204, 404),
         )
         return resp.status == 204
+
+
+async def _stream(
+    resp: aiohttp.ClientResponse, sink: IO[bytes], max_bytes: int | None, what: str
+) -> None:
+    sink.seek(0)
+    sink.truncate()
+    taken = 0
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        taken += len(chunk)
+        if max_bytes is not None and taken > max_bytes:
+            raise PermanentStepError(f"{what}: the answer is larger than {max_bytes} bytes")
+        sink.write(chunk)
+    sink.flush()
 
 
 def _next_marker(link: str) -> str | None:

@@ -12,13 +12,18 @@ hand in-memory ones.
 * :class:`EchoLedger`, given to :class:`~subscriber.tacker.EchoFilter`: which
   op-occs are ours, which notes never got their op-occ id, and recording an
   op-occ found to be ours.
+* :class:`CredentialLedger`, given to the subscription keeper (the store's
+  ``credentials`` part): the records of the callback credentials our
+  subscriptions were made with.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["EchoLedger", "EchoRecorder"]
+from schemas.callback_credentials import StoredCredential
+
+__all__ = ["CredentialLedger", "EchoLedger", "EchoRecorder"]
 
 
 class EchoRecorder(Protocol):
@@ -54,4 +59,24 @@ class EchoLedger(Protocol):
 
     async def record_own(self, vnf_instance_id: str, op_occ_id: str) -> None:
         """Record an op-occ as ours (found by checking an open note with Tacker)."""
+        ...
+
+
+class CredentialLedger(Protocol):
+    """Where the credentials of our subscriptions are recorded (verifiers, never secrets)."""
+
+    async def all(self) -> list[StoredCredential]:
+        """Every record."""
+        ...
+
+    async def add(self, credential: StoredCredential) -> None:
+        """Store a record, durably (committed when this returns)."""
+        ...
+
+    async def bind(self, credential_id: str, subscription_id: str) -> StoredCredential | None:
+        """Attach Tacker's subscription id to a record."""
+        ...
+
+    async def forget(self, credential_ids: list[str]) -> None:
+        """Delete records (their credentials are refused from then on)."""
         ...

@@ -33,6 +33,7 @@ import uuid
 from typing import Any
 
 from schemas import NotificationParseError, parse_notification_data
+from schemas.ids import is_resource_id
 from subscriber.config import TackerSettings
 from subscriber.errors import LccnError, TackerRejected
 from subscriber.lifecycle import Component
@@ -121,6 +122,11 @@ def synthesise(
     return body
 
 
+def _well_formed(occ: dict[str, Any]) -> bool:
+    """Whether the op-occ's own id and its instance's would pass ingest's id check."""
+    return is_resource_id(occ.get("id")) and is_resource_id(occ.get("vnfInstanceId"))
+
+
 class Reconciler(Component):
     """Polls Tacker's op-occs and appends the transitions we never received.
 
@@ -195,6 +201,13 @@ class Reconciler(Component):
             newest = max(newest, _parse_time(occ["stateEnteredTime"]))
             operation, state = str(occ.get("operation")), str(occ.get("operationState"))
             if types and operation not in types:
+                continue
+            if not _well_formed(occ):
+                # Skipped, not raised: a failed pass would hold the watermark here forever.
+                log.warning(
+                    "reconcile: skipped an op-occ whose ids are not ids (schemas.ids)",
+                    extra={"operation": operation, "operationState": state},
+                )
                 continue
             if not states or state in states:
                 body = synthesise(occ, state, api=api, subscription_id=sub, current=True)

@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -29,10 +26,9 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from tests.conftest import free_port
 from tests.factories import op_occ, uid
 from tests.fence_handler import NON_IDEMPOTENT, double_runs, marks
-from tests.proctree import job_pid, tree
+from tests.programs import ServeProcess, job_pid, tree
 
 __all__ = [
     "TERMINAL",
@@ -40,52 +36,20 @@ __all__ = [
     "Replica",
     "Stream",
     "check_store",
-    "handler_env",
-    "pg_dsn",
     "pg_rows",
     "settle",
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 TERMINAL = ("done", "failed", "stale", "ignored")
 
 
-def handler_env(
-    effects: Path,
-    step_seconds: float,
-    module: str = "tests.fence_handler",
-    **dispatch: float,
-) -> dict[str, str]:
-    """Environment of a ``serve`` running the handler ``module`` (its side-effect log:
-    ``effects``) with short rescans; ``dispatch``: more ``dispatch.*`` settings."""
-    effects.touch()
-    env = {
-        "LCCN_HANDLERS__MODULES": json.dumps([module]),
-        "LCCN_TEST_SIDE_EFFECTS": str(effects),
-        "LCCN_TEST_STEP_SECONDS": str(step_seconds),
-        "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
-        "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
-    }
-    env.update({f"LCCN_DISPATCH__{k.upper()}": str(v) for k, v in dispatch.items()})
-    return env
-
-
-class Replica:
-    """One ``serve`` subprocess; its output goes to ``serve-<name>.log`` in ``tmp``."""
+class Replica(ServeProcess):
+    """One ``serve`` subprocess of a chaos run: ready once its callback answers (its
+    ``/readyz`` may rightly say 503), stopped hard."""
 
     def __init__(self, name: str, tmp: Path, url: str, env: dict[str, str]) -> None:
-        self.name, self.tmp, self.db_url, self.env = name, tmp, url, env
-        self.port = free_port()
-        self.log = tmp / f"serve-{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/lccn/notifications"
-
-    @property
-    def readyz(self) -> str:
-        return f"http://127.0.0.1:{self.port}/readyz"
+        super().__init__(tmp, env=env, database=url)
+        self.name, self.db_url = name, url
 
     @property
     def pid(self) -> int:
@@ -100,54 +64,21 @@ class Replica:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "subscriber.cli", "serve"),
-                    *("--port", str(self.port), "--database", self.db_url),
-                ],
-                cwd=REPO,
-                env={**os.environ, **self.env, "PYTHONPATH": str(REPO)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
     async def ready(self, timeout: float = 60) -> None:
         """Wait until the callback answers Tacker's test GET."""
         async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
             while True:
-                assert self.alive(), self.log.read_text()
-                try:
+                assert self.alive(), self.log_text()
+                with contextlib.suppress(aiohttp.ClientError):
                     async with http.get(self.url) as resp:
                         if resp.status == 204:
                             return
-                except aiohttp.ClientError:
-                    pass
                 await asyncio.sleep(0.1)
-
-    async def readiness(self, http: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:
-        """``GET /readyz``: its status and body."""
-        async with http.get(self.readyz) as resp:
-            return resp.status, await resp.json()
-
-    async def wait_readiness(self, ready: bool, timeout: float = 60) -> dict[str, Any]:
-        """Wait until ``/readyz`` says ``ready`` (200) or not (503); return that body."""
-        want = 200 if ready else 503
-        async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
-            while True:
-                assert self.alive(), self.log.read_text()[-3000:]
-                status, body = await self.readiness(http)
-                if status == want:
-                    return body
-                await asyncio.sleep(0.2)
 
     def stop(self) -> None:
         """SIGKILL (after a SIGCONT, should it be stopped) and reap."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.alive():
+            assert self.proc is not None
             self.signal_all(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait(30)
@@ -204,11 +135,6 @@ class Stream:
                     self.answered.append((time.time(), status))
                     i += 1
                     await asyncio.sleep(self.pause)
-
-
-def pg_dsn(url: str) -> str:
-    """An asyncpg DSN from a SQLAlchemy ``postgresql+asyncpg://`` URL."""
-    return url.replace("postgresql+asyncpg://", "postgresql://")
 
 
 async def pg_rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from schemas import Notification
 from subscriber.errors import SkipStep
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.kernel.ports import SshTarget
 
 DIR = "/tmp/lccn-chaos"
@@ -53,5 +53,5 @@ class ChaosRemote:
         return Plan((Step("remote-apply", _remote_apply, idempotent=False, timeout=60.0),))
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(ChaosRemote(), operation="INSTANTIATE", state="COMPLETED")

@@ -14,13 +14,12 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.backends import pg_database
+from tests.backends import pg_dsn
 from tests.chaos.harness import TERMINAL, Replica, pg_rows
 from tests.factories import op_occ, uid
 from tests.fence_handler import double_runs, marks, overlaps
@@ -28,12 +27,6 @@ from tests.fence_handler import double_runs, marks, overlaps
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 
 LEASE_TTL = 1.5
-
-
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    async with pg_database() as url:
-        yield url
 
 
 async def _dump(pg: str) -> dict[str, list[tuple[object, ...]]]:
@@ -71,7 +64,7 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
         "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
         "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
     }
-    pg = pg_url.replace("postgresql+asyncpg://", "postgresql://")
+    pg = pg_dsn(pg_url)
     a, b = Replica("a", tmp_path, pg_url, env), Replica("b", tmp_path, pg_url, env)
     try:
         a.start()
@@ -102,7 +95,7 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
             if await _a_inside_apply(effects, a, pg, len(bodies)):
                 break
         else:
-            pytest.fail("replica A never ran a step in five rounds:\n" + a.log.read_text()[-3000:])
+            pytest.fail("replica A never ran a step in five rounds:\n" + a.log_text()[-3000:])
         a.signal_all(signal.SIGSTOP)
         stopped = time.time()
 
@@ -133,7 +126,7 @@ async def test_a_replica_paused_past_its_lease_writes_nothing_when_it_wakes(
         statuses = [r[0] for r in await pg_rows(pg, "SELECT status FROM events")]
         interrupted = await pg_rows(pg, "SELECT COUNT(*) FROM jobs WHERE error_class='interrupted'")
         assert statuses.count("failed") == interrupted[0][0] >= 1
-        assert "lost the lease of a running lane" in a.log.read_text()
+        assert "lost the lease of a running lane" in a.log_text()
         # Figures for the report.
         print(
             f"\nchaos SIGSTOP fencing: events sent={len(bodies)} acked={acked} "

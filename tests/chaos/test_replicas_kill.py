@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends import pg_database
-from tests.chaos.harness import Replica, Stream, check_store, handler_env, pg_dsn, settle
-from tests.fence_handler import marks, overlaps
+from tests.backends import pg_database, pg_dsn
+from tests.chaos.harness import Replica, Stream, check_store, settle
+from tests.fence_handler import handler_env, marks, overlaps
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 

@@ -20,7 +20,6 @@ not the suite's 300.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import signal
@@ -33,8 +32,8 @@ import pytest
 
 from tests.conftest import free_port
 from tests.factories import op_occ, uid
-from tests.fence_handler import double_runs, doubled, marks
-from tests.test_process import ServeProcess
+from tests.fence_handler import double_runs, doubled, handler_env, marks
+from tests.programs import ServeProcess
 
 pytestmark = [pytest.mark.chaos, pytest.mark.asyncio, pytest.mark.timeout(900)]
 
@@ -87,17 +86,10 @@ async def test_sqlite_kill_9_trials_lose_nothing_store_once_and_never_rerun(
 ) -> None:
     rng = random.Random(SEED)
     effects = tmp_path / "side_effects.txt"
-    effects.touch()
     serve = ServeProcess(
         tmp_path,
         free_port(),
-        {
-            "LCCN_HANDLERS__MODULES": json.dumps(["tests.fence_handler"]),
-            "LCCN_TEST_SIDE_EFFECTS": str(effects),
-            "LCCN_TEST_STEP_SECONDS": "0.02",
-            "LCCN_DISPATCH__RESCAN_INTERVAL": "0.5",
-            "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
-        },
+        handler_env(effects, 0.02, rescan_interval=0.5),
     )
     acked: list[dict[str, Any]] = []
     sent_total = 0
@@ -159,7 +151,7 @@ async def test_sqlite_kill_9_trials_lose_nothing_store_once_and_never_rerun(
         ]
         raise AssertionError(
             f"a non-idempotent step ran twice (seed {SEED}): events {events}\n"
-            f"{marks_of}\njobs/steps: {rows}\nlogs: {[str(p) for p in serve.logs]}"
+            f"{marks_of}\njobs/steps: {rows}\nlog: {serve.log}"
         )
     assert statuses["failed"] == interrupted
     # A done event ran its non-idempotent step exactly once (an interrupted one

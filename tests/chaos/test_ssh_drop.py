@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
@@ -31,18 +29,17 @@ from typing import Any
 
 import pytest
 
-from tests.backends import pg_database
+from testbed import testhosts
+from tests.backends import pg_database, pg_dsn
 from tests.chaos.harness import (
-    REPO,
     Replica,
     Stream,
     check_store,
-    handler_env,
-    pg_dsn,
     pg_rows,
     settle,
 )
-from tests.testbed import testhosts
+from tests.fence_handler import handler_env
+from tests.programs import cli
 
 pytestmark = [pytest.mark.chaos, pytest.mark.ssh, pytest.mark.postgres, pytest.mark.asyncio]
 
@@ -143,19 +140,7 @@ async def test_a_dropped_ssh_connection_fails_the_step_clearly_and_a_replay_neve
             again = [e for e, n in Counter(_starts(host_bed)).items() if n > 1]
             assert not again, f"remote steps run again after the drop: events {again}"
             assert failed, "no step was cut off by the drop"
-            replay = await asyncio.to_thread(
-                subprocess.run,
-                [
-                    *(sys.executable, "-m", "subscriber.cli", "replay", "--all", "--yes"),
-                    *("--database", url),
-                ],
-                cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
+            replay = await asyncio.to_thread(cli, "replay", "--all", "--yes", "--database", url)
             assert replay.returncode == 0, replay.stderr
             await settle(pg)
             statuses = Counter(r[0] for r in await pg_rows(pg, "SELECT status FROM events"))

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends import pg_database
+from tests.backends import pg_database, pg_dsn
 from tests.chaos.flaky_tacker import FlakyTacker
-from tests.chaos.harness import Replica, Stream, check_store, handler_env, pg_dsn, pg_rows, settle
-from tests.fence_handler import marks
+from tests.chaos.harness import Replica, Stream, check_store, pg_rows, settle
+from tests.fence_handler import handler_env, marks
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 

@@ -1,7 +1,7 @@
 """A handler module for the Tacker write-back chaos scenario (``handlers.modules``).
 
 INSTANTIATE COMPLETED runs one step, ``write-back``, built like the cluster
-handlers' own (handlers/steps.py): idempotent, skipped when Tacker's
+handlers' own (handlers/steps/vim.py): idempotent, skipped when Tacker's
 ``vimConnectionInfo`` already holds our entry (the product's own check), else
 ``TackerClient.write_back`` (PATCH, then wait for the MODIFY_INFO op-occ).
 Each run leaves ``start``/``end`` lines in the side-effect log of
@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from handlers.steps import _has_entry
+from handlers.steps.vim import has_entry
 from schemas import Notification
 from subscriber.errors import SkipStep
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.kernel.ports import KubernetesAccess
 from tests.fence_handler import mark
 
@@ -29,7 +29,7 @@ async def _write_back(ctx: JobContext) -> dict[str, Any]:
     mark(ctx, "write-back", "start")
     tacker = ctx.services.need_tacker()
     instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
-    if _has_entry(instance, ENDPOINT, CA):
+    if has_entry(instance, ENDPOINT, CA):
         mark(ctx, "write-back", "end")
         raise SkipStep(f"vimConnectionInfo already has {ENDPOINT}", {"endpoint": ENDPOINT})
     access = KubernetesAccess(
@@ -47,5 +47,5 @@ class ChaosWriteBack:
         return Plan((Step("write-back", _write_back, idempotent=True, timeout=120.0),))
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(ChaosWriteBack(), operation="INSTANTIATE", state="COMPLETED")

@@ -17,23 +17,14 @@ from typing import Any
 
 import pytest
 
-from tests.openstack_sim.process import SimProcess
+from testbed import tacker_bed as tb
+from testbed import testhosts
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import TackerClient, wait_for
 from tests.ssh.conftest import bed as hosts
-from tests.tacker.helpers import ServeProcess, TackerClient, wait_for
-from tests.testbed import tacker_bed as tb
-from tests.testbed import testhosts
+from tests.tacker.helpers import ServeProcess
 
-__all__ = ["hosts", "serve_config", "testhosts"]
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.tacker)
-            item.add_marker(pytest.mark.ssh)
-            item.add_marker(pytest.mark.e2e)
+__all__ = ["callback_auth", "hosts", "serve_config", "testhosts"]
 
 
 @pytest.fixture(scope="session")
@@ -63,10 +54,12 @@ def fresh_cluster(hosts: Any) -> Iterator[None]:
 
 def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any]:
     """``serve``'s settings (a config file) for the full loop: the real Tacker (noauth, our
-    subscription made at start), the simulator's Keystone, the test hosts' SSH keys, the
-    cluster handlers on the stand-in tools (no packages, no CNI; etcdctl on the host, no
+    subscription made at start, with callback credentials serve generates: Tacker
+    authenticates every notification), the simulator's Keystone, the test hosts' SSH keys,
+    the cluster handlers on the stand-in tools (no packages, no CNI; etcdctl on the host, no
     haproxy process to reload), quick retries."""
     return {
+        "auth": {"generate": "basic"},  # the default, said here: the suite runs with it
         "dispatch": {
             "rescan_interval": 0.5,
             "reorder_window": 0.05,
@@ -87,6 +80,7 @@ def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any
         "ssh": {
             "known_hosts": str(hosts.known_hosts),
             "client_keys": [str(hosts.client_key)],
+            "key_dir": str(hosts.client_key.parent),
             "connect_timeout": 5.0,
             "command_timeout": 60.0,
         },
@@ -100,6 +94,12 @@ def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any
         },
         "log": {"format": "json", "level": "INFO"},
     }
+
+
+def callback_auth(proc: ServeProcess) -> str:
+    """What serve's /readyz says of callback authentication."""
+    _, _, body = tb.request("GET", f"http://127.0.0.1:{proc.port}/readyz", timeout=5)
+    return str(body["checks"]["callback_auth"]["detail"]) if isinstance(body, dict) else ""
 
 
 @pytest.fixture
@@ -117,6 +117,12 @@ def serve_proc(
             return any(s.get("callbackUri") == proc.callback_url for s in subs)
 
         wait_for(subscribed, timeout=30, interval=0.2, what="serve's own subscription")
+        wait_for(
+            lambda: callback_auth(proc) == "callback auth on: BASIC (generated)",
+            timeout=10,
+            interval=0.2,
+            what="callback auth on with the generated credentials",
+        )
         yield proc
     finally:
         proc.stop()

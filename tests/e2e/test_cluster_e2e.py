@@ -35,13 +35,13 @@ from subscriber.config import (
 from subscriber.service import Service
 from subscriber.store import EventRow, StepStatus
 from subscriber.tacker import TackerClient
+from testbed import tacker_bed as tb
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import CallbackRecorder, ext_virtual_links, unique_name
+from testbed.tacker_api import TackerClient as SyncTacker
 from tests.cluster_fakes import k8s_params
 from tests.conftest import free_port
-from tests.openstack_sim.process import SimProcess
 from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import CallbackRecorder, ext_virtual_links, unique_name
-from tests.tacker.helpers import TackerClient as SyncTacker
-from tests.testbed import tacker_bed as tb
 
 pytestmark = [
     pytest.mark.tacker,
@@ -62,7 +62,6 @@ TOKEN_SECRET = "Secret/default/default-token-k8svim"
 
 
 def service_settings(db_url: str, bed: tb.BedState, sim: SimProcess, hosts: Any) -> Settings:
-    c = sim.config
     return Settings(
         http=HttpSettings(host="127.0.0.1", port=free_port()),
         database=DatabaseSettings(url=db_url),
@@ -77,18 +76,11 @@ def service_settings(db_url: str, bed: tb.BedState, sim: SimProcess, hosts: Any)
             op_poll_interval=0.2,
             subscribe_on_start=True,
         ),
-        openstack=OpenStackSettings(
-            auth_url=sim.auth_url,
-            username=c.username,
-            password=c.password,
-            project_name=c.project_name,
-            user_domain_name=c.domain,
-            project_domain_name=c.domain,
-            region_name=c.region,
-        ),
+        openstack=OpenStackSettings(**sim.openstack_settings()),
         ssh=SshSettings(
             known_hosts=hosts.known_hosts,
             client_keys=(hosts.client_key,),
+            key_dir=hosts.client_key.parent,  # the parameters name the bed's key
             connect_timeout=5.0,
             command_timeout=60.0,
         ),

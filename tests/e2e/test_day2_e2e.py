@@ -25,10 +25,11 @@ from typing import Any
 
 import pytest
 
-from tests.openstack_sim.process import SimProcess
-from tests.tacker.helpers import CallbackRecorder, ServeProcess, TackerClient, wait_for
-from tests.testbed import tacker_bed as tb
-from tests.testbed import testhosts
+from testbed import tacker_bed as tb
+from testbed import testhosts
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
+from tests.tacker.helpers import ServeProcess
 
 from .day2 import Loop, kubeadm_calls
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.openstack_sim.process import SimProcess
-from tests.tacker.helpers import CallbackRecorder, ServeProcess, TackerClient, wait_for
-from tests.testbed import tacker_bed as tb
+from testbed import tacker_bed as tb
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
+from tests.tacker.helpers import ServeProcess
 
 from .conftest import serve_config
 from .day2 import Loop

@@ -22,13 +22,14 @@ import pytest
 from handlers.toolkit import helm, proxy
 from subscriber.service import Service
 from subscriber.store import StepStatus
+from testbed import tacker_bed as tb
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import TackerClient as SyncTacker
+from testbed.tacker_api import ext_virtual_links, unique_name
+from tests import REPO
 from tests.cluster_fakes import k8s_params
 from tests.e2e.test_cluster_e2e import handled, octet, service, steps_of
-from tests.openstack_sim.process import SimProcess
 from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import TackerClient as SyncTacker
-from tests.tacker.helpers import ext_virtual_links, unique_name
-from tests.testbed import tacker_bed as tb
 
 __all__ = ["service"]  # the fixture, shared with test_cluster_e2e
 
@@ -43,9 +44,7 @@ pytestmark = [
 PASSWORD = "e2e-Pr0xy-pw"
 HTTP = f"http://lccn:{PASSWORD}@proxy.invalid:3128"
 HELM_PATH = "Scripts/install_helm.sh"
-SAMPLE_HELM = (
-    Path(__file__).parents[2] / "scripts/vnf_package/kubernetes_cluster" / HELM_PATH
-).read_bytes()
+SAMPLE_HELM = (REPO / "scripts/vnf_package/kubernetes_cluster" / HELM_PATH).read_bytes()
 
 
 def fs(hosts: Any, address: str, target: str) -> Path:

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from handlers.toolkit import storage
-from tests.openstack_sim.process import SimProcess
+from testbed import tacker_bed as tb
+from testbed import testhosts
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import ext_virtual_links, unique_name
 from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ext_virtual_links, unique_name
-from tests.testbed import tacker_bed as tb
-from tests.testbed import testhosts
 
 from .day2 import ADMIN_CONF, Loop
 from .test_drain_hook_e2e import hooked_loop

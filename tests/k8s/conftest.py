@@ -1,6 +1,6 @@
 """Fixtures of the ``k8s`` tier: SSH test hosts running a real Kubernetes 1.20.2 control plane.
 
-The hosts (:mod:`tests.testbed.testhosts`, ``kubernetes="real"``) have the kubeadm,
+The hosts (:mod:`testbed.testhosts`, ``kubernetes="real"``) have the kubeadm,
 kubectl and control-plane binaries built by ``scripts/setup.d/40-k8s.sh``, Debian's
 etcd, and the kubelet stand-in on their PATH. Missing binaries fail the tier: it is
 never skipped (CI builds them with the README's test command).
@@ -21,23 +21,16 @@ from pathlib import Path
 
 import pytest
 
+from testbed import testhosts
+from testbed.openstack_sim.process import SimProcess
+from testbed.testhosts import TestBed
 from tests.k8s.full_loop import loop_hosts, serve
-from tests.openstack_sim.process import SimProcess
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
 
 __all__ = ["k8s_hosts", "k8s_sim", "loop_hosts", "restore_hostnames", "serve"]
 
 HOSTS = 5  # the complex flavour: three masters, two workers (simple: the first three)
 
 _peak: dict[str, float] = {}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.k8s)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -152,3 +145,12 @@ def restore_hostnames(bed: TestBed) -> None:
     """Give the hosts their own names back (the cluster flows rename them)."""
     for host in bed.hosts:
         subprocess.run(["nsenter", "-t", str(host.pid), "-u", "hostname", host.name], check=False)
+
+
+@pytest.fixture
+def hosts(k8s_hosts: TestBed) -> Iterator[TestBed]:
+    """The session's hosts with no cluster on them, and none left after the test."""
+    testhosts.reset_cluster(k8s_hosts)
+    yield k8s_hosts
+    testhosts.reset_cluster(k8s_hosts)
+    restore_hostnames(k8s_hosts)

@@ -19,19 +19,14 @@ from typing import Any
 
 import pytest
 
+from testbed import tacker_bed, testhosts
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import TackerClient, ext_virtual_links, unique_name, wait_for
+from testbed.testhosts import TestBed
 from tests.cluster_fakes import k8s_params
 from tests.k8s.helpers import SCRIPT_ENV
-from tests.openstack_sim.process import SimProcess
 from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import (
-    ServeProcess,
-    TackerClient,
-    ext_virtual_links,
-    unique_name,
-    wait_for,
-)
-from tests.testbed import tacker_bed, testhosts
-from tests.testbed.testhosts import TestBed
+from tests.tacker.helpers import ServeProcess
 
 __all__ = [
     "K8S_VIM_TYPE",
@@ -99,6 +94,7 @@ def serve_config(bed: tacker_bed.BedState, sim: SimProcess, hosts: TestBed) -> d
         "ssh": {
             "known_hosts": str(hosts.known_hosts),
             "client_keys": [str(hosts.client_key)],
+            "key_dir": str(hosts.client_key.parent),
             "connect_timeout": 5.0,
             "command_timeout": 120.0,
         },

@@ -11,16 +11,17 @@ import time
 import urllib.request
 import warnings
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.utils import CryptographyDeprecationWarning
 
+from subscriber.config import SshSettings
 from subscriber.ssh import CommandResult, SshPool, SshTarget
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestHost
+from testbed import testhosts
+from testbed.testhosts import TestBed, TestHost
+from tests import REPO
 
 __all__ = [
     "SCRIPT",
@@ -32,10 +33,11 @@ __all__ = [
     "nodes_ready",
     "root",
     "run",
+    "ssh_settings",
     "wait_for",
 ]
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "handlers" / "toolkit" / "node"  # node-side files
+SCRIPTS = REPO / "handlers" / "toolkit" / "node"  # node-side files
 SCRIPT = "/tmp/install_k8s_cluster.sh"
 # What install_k8s_cluster.sh needs on these hosts, through its environment (the
 # handlers pass the same through ClusterSettings.script_env): the tools are there
@@ -49,6 +51,18 @@ SCRIPT_ENV = {
     "K8S_KUBEADM_EXTRA": "--ignore-preflight-errors=all --skip-phases=preflight",
 }
 T = TypeVar("T")
+
+
+def ssh_settings(bed: TestBed, command_timeout: float = 180.0, **more: Any) -> SshSettings:
+    """The SSH settings that reach the hosts as root (their key, their known hosts)."""
+    return SshSettings(
+        known_hosts=bed.known_hosts,
+        client_keys=(bed.client_key,),
+        key_dir=bed.client_key.parent,  # the parameters name the bed's key
+        connect_timeout=5.0,
+        command_timeout=command_timeout,
+        **more,
+    )
 
 
 def root(host: TestHost) -> SshTarget:

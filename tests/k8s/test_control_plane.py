@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 
-from schemas.cluster_params import InstallReport, parse_install_output
+from handlers.toolkit.install_report import InstallReport, parse_install_output
 from subscriber.config import SshSettings
 from subscriber.ssh import SshPool
+from testbed import testhosts
+from testbed.testhosts import TestBed, TestHost
 from tests.k8s.conftest import restore_hostnames
 from tests.k8s.helpers import (
     SCRIPT,
@@ -34,10 +36,9 @@ from tests.k8s.helpers import (
     nodes_ready,
     root,
     run,
+    ssh_settings,
     wait_for,
 )
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed, TestHost
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 
@@ -59,14 +60,9 @@ class Cluster:
         return self.names[host.name]
 
 
-def ssh_settings(bed: TestBed) -> SshSettings:
-    return SshSettings(
-        known_hosts=bed.known_hosts,
-        client_keys=(bed.client_key,),
-        connect_timeout=5.0,
-        command_timeout=300.0,
-        max_output_bytes=4 * 1024 * 1024,  # whole `kubectl get ... -o json` lists
-    )
+def long_ssh(bed: TestBed) -> SshSettings:
+    # whole `kubectl get ... -o json` lists
+    return ssh_settings(bed, 300.0, max_output_bytes=4 * 1024 * 1024)
 
 
 async def build(bed: TestBed) -> Cluster:
@@ -75,7 +71,7 @@ async def build(bed: TestBed) -> Cluster:
     names |= {w.name: f"worker{w.address.rsplit('.', 1)[1]}" for w in workers}
     hosts_lines = "".join(f"{h.address} {names[h.name]}\n" for h in (master, *workers))
     timings: dict[str, float] = {}
-    async with SshPool(ssh_settings(bed)) as pool:
+    async with SshPool(long_ssh(bed)) as pool:
 
         async def prepare(host: TestHost) -> None:
             # What the handlers' upload-scripts and configure-hosts steps do.
@@ -133,7 +129,7 @@ def cluster(k8s_hosts: TestBed) -> Iterator[Cluster]:
 
 @pytest.fixture
 async def pool(k8s_hosts: TestBed) -> Any:
-    async with SshPool(ssh_settings(k8s_hosts)) as ssh_pool:
+    async with SshPool(long_ssh(k8s_hosts)) as ssh_pool:
         yield ssh_pool
 
 

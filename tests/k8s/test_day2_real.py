@@ -11,48 +11,33 @@ package's hook script posts it (the script itself runs with the real Tacker in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from handlers import default_registry
-from subscriber.config import ClusterSettings, HookSettings, Settings, SshSettings
-from subscriber.kernel import Services
-from subscriber.service import Service
+from subscriber.config import ClusterSettings, HookSettings
 from subscriber.ssh import SshPool
-from tests.cluster_fakes import cluster_vnf, k8s_params, lcm_op_occ, remove_vnfc, server_at
-from tests.conftest import callback_url, make_settings, wait_settled
+from testbed import testhosts
+from testbed.testhosts import TestBed
+from tests.cluster_fakes import (
+    cluster_service,
+    cluster_vnf,
+    k8s_params,
+    lcm_op_occ,
+    remove_vnfc,
+    server_at,
+)
+from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
-from tests.k8s.conftest import restore_hostnames
-from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, nodes_ready, run, wait_for
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
+from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, nodes_ready, run, ssh_settings, wait_for
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 
 CLUSTER = ClusterSettings(script_env=SCRIPT_ENV, token_wait_timeout=60.0, install_timeout=300.0)
 TOKEN = "k8s-tier-hook-token-5e1b"
 KUBECTL = "kubectl --kubeconfig /etc/kubernetes/admin.conf"
-
-
-@pytest.fixture
-def hosts(k8s_hosts: TestBed) -> Iterator[TestBed]:
-    testhosts.reset_cluster(k8s_hosts)
-    yield k8s_hosts
-    testhosts.reset_cluster(k8s_hosts)
-    restore_hostnames(k8s_hosts)
-
-
-def ssh_settings(bed: TestBed) -> SshSettings:
-    return SshSettings(
-        known_hosts=bed.known_hosts,
-        client_keys=(bed.client_key,),
-        connect_timeout=5.0,
-        command_timeout=180.0,
-    )
 
 
 def name(role: str, address: str) -> str:
@@ -65,19 +50,14 @@ async def test_scale_in_drains_real_pods_before_the_vm_goes(hosts: TestBed, tmp_
     tacker, openstack, inst, occ = cluster_vnf(
         [master.address], [stays.address, leaves.address], params=params
     )
-    settings: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}").model_copy(
-        update={
-            "ssh": ssh_settings(hosts),
-            "cluster": CLUSTER,
-            "hooks": HookSettings(token=TOKEN),
-        }
+    svc = await cluster_service(
+        f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}",
+        tacker,
+        openstack,
+        CLUSTER,
+        ssh=ssh_settings(hosts),
+        update={"hooks": HookSettings(token=TOKEN)},
     )
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
     pool = SshPool(ssh_settings(hosts))
     await pool.start()
     try:
@@ -119,7 +99,7 @@ async def test_scale_in_drains_real_pods_before_the_vm_goes(hosts: TestBed, tmp_
 
             # The hook: Tacker is about to delete the leaving worker's VM.
             scale = lcm_op_occ(tacker, inst, "SCALE")
-            url = f"http://127.0.0.1:{svc.port}{settings.hooks.path}"
+            url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
             auth = {"Authorization": f"Bearer {TOKEN}"}
             request = {
                 "vnfInstanceId": inst,

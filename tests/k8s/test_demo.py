@@ -10,15 +10,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.testbed import tacker_bed as tb
+from testbed import tacker_bed as tb
+from tests import REPO
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
 
-DEMO = Path(__file__).parents[2] / "scripts" / "demo.py"
+DEMO = REPO / "scripts" / "demo.py"
 
 
 def seconds(age: str) -> int:

@@ -13,45 +13,22 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from handlers import default_registry
-from subscriber.config import ClusterSettings, Settings, SshSettings
-from subscriber.kernel import Services
-from subscriber.service import Service
-from tests.cluster_fakes import cluster_vnf, k8s_params
-from tests.conftest import callback_url, make_settings, wait_settled
+from subscriber.config import ClusterSettings
+from testbed.testhosts import TestBed
+from tests.cluster_fakes import cluster_service, cluster_vnf, k8s_params
+from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
-from tests.k8s.conftest import restore_hostnames
-from tests.k8s.helpers import SCRIPT_ENV, api_get, nodes_ready
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
+from tests.k8s.helpers import SCRIPT_ENV, api_get, nodes_ready, ssh_settings
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 
 # The real tools' details come through settings, as an operator would give them.
 CLUSTER = ClusterSettings(script_env=SCRIPT_ENV, token_wait_timeout=60.0, install_timeout=300.0)
-
-
-@pytest.fixture
-def hosts(k8s_hosts: TestBed) -> Iterator[TestBed]:
-    testhosts.reset_cluster(k8s_hosts)
-    yield k8s_hosts
-    testhosts.reset_cluster(k8s_hosts)
-    restore_hostnames(k8s_hosts)
-
-
-def ssh_settings(bed: TestBed) -> SshSettings:
-    return SshSettings(
-        known_hosts=bed.known_hosts,
-        client_keys=(bed.client_key,),
-        connect_timeout=5.0,
-        command_timeout=120.0,
-    )
 
 
 def octet(address: str) -> str:
@@ -73,15 +50,9 @@ async def test_instantiate_builds_a_real_cluster_and_writes_back_working_access(
         [master.address], [w.address for w in workers], params=params
     )
     db = tmp_path / "lccn.db"
-    settings: Settings = make_settings(f"sqlite+aiosqlite:///{db}").model_copy(
-        update={"ssh": ssh_settings(hosts), "cluster": CLUSTER}
+    svc = await cluster_service(
+        f"sqlite+aiosqlite:///{db}", tacker, openstack, CLUSTER, ssh=ssh_settings(hosts, 120.0)
     )
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=settings.cluster, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
     try:
         t0 = time.monotonic()
         body = op_occ(instance=inst, op_occ_id=occ, operation="INSTANTIATE", state="COMPLETED")

@@ -21,22 +21,16 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import default_registry
-from subscriber.config import ClusterSettings, HookSettings, Settings
-from subscriber.kernel import Services
-from subscriber.service import Service
+from subscriber.config import ClusterSettings, HookSettings
 from subscriber.ssh import SshPool
-from tests.cluster_fakes import cluster_vnf, lcm_op_occ, uid
-from tests.conftest import callback_url, make_settings, wait_settled
+from testbed import testhosts
+from testbed.testhosts import TestBed
+from tests.cluster_fakes import cluster_service, cluster_vnf, lcm_op_occ, uid
+from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
 from tests.k8s.conftest import restore_hostnames
-from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, run, wait_for
-from tests.k8s.test_day2_real import ssh_settings
-from tests.ssh.test_storage import MOUNT, add_storage_vnfc, inside, loop_device, storage_params
-from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
-
-__all__ = ["loop_device"]  # the fixture
+from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, run, ssh_settings, wait_for
+from tests.ssh.test_storage import MOUNT, add_storage_vnfc, inside, storage_params
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 
@@ -69,19 +63,14 @@ async def test_storage_pvs_available_bound_claim_refuses_the_heal_on_the_real_ap
         [master.address], [worker.address], params=storage_params(hosts)
     )
     vnfc = add_storage_vnfc(tacker, openstack, inst, store.address, loop_device)
-    settings: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}").model_copy(
-        update={
-            "ssh": ssh_settings(hosts),
-            "cluster": CLUSTER,
-            "hooks": HookSettings(token=TOKEN),
-        }
+    svc = await cluster_service(
+        f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}",
+        tacker,
+        openstack,
+        CLUSTER,
+        ssh=ssh_settings(hosts),
+        update={"hooks": HookSettings(token=TOKEN)},
     )
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
     pool = SshPool(ssh_settings(hosts))
     await pool.start()
     sent = 0
@@ -110,7 +99,7 @@ async def test_storage_pvs_available_bound_claim_refuses_the_heal_on_the_real_ap
             async def drain(heal: str) -> dict[str, Any]:
                 """The hook's request for the storage server's VM, and the final answer."""
                 nonlocal sent
-                url = f"http://127.0.0.1:{svc.port}{settings.hooks.path}"
+                url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
                 auth = {"Authorization": f"Bearer {TOKEN}"}
                 request = {
                     "vnfInstanceId": inst,

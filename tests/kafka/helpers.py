@@ -7,7 +7,6 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -15,10 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from subscriber.config import KafkaSettings
 
-ROOT = Path(__file__).resolve().parents[2]
-
 __all__ = [
-    "ROOT",
     "create_topic",
     "delete_topic",
     "fast_settings",

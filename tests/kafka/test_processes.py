@@ -6,11 +6,8 @@ replicas in one group (one PostgreSQL database) split the partitions.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,6 @@ from subscriber.cli.kafka import group_lag
 from subscriber.config import DatabaseSettings
 from subscriber.store import EventRow, Store
 from tests.kafka.helpers import (
-    ROOT,
     create_topic,
     fast_settings,
     produce,
@@ -29,49 +25,30 @@ from tests.kafka.helpers import (
     uid,
     wait_until,
 )
-from tests.testbed import kafka_broker
+from tests.programs import ServeProcess
 
 _ASSIGNED = re.compile(r"kafka partitions assigned: (.*)$")
 
 
-class Serve:
-    """One ``lccn-subscriber serve`` process with Kafka ingest, logging to a file."""
+class Serve(ServeProcess):
+    """One ``lccn-subscriber serve`` process with Kafka ingest, logging (text) to a file."""
 
     def __init__(
         self, tmp_path: Path, name: str, db_url: str, bootstrap: str, topic: str, group: str
     ) -> None:
-        self.name = name
-        self.log = tmp_path / f"{name}.log"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("LCCN_")}
-        self.env.update(
-            {
-                "LCCN_DATABASE__URL": db_url,
-                "LCCN_HTTP__HOST": "127.0.0.1",
-                "LCCN_HTTP__PORT": str(kafka_broker.free_port()),
-                "LCCN_LOG__FORMAT": "text",
-                "LCCN_LOG__LEVEL": "INFO",
-                "LCCN_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "LCCN_KAFKA__TOPICS": topic,
-                "LCCN_KAFKA__GROUP_ID": group,
-                "LCCN_KAFKA__CLIENT_ID": name,
-                "LCCN_KAFKA__SESSION_TIMEOUT": "6",
-                "LCCN_KAFKA__HEARTBEAT_INTERVAL": "0.5",
-                "LCCN_KAFKA__COMMIT_INTERVAL": "0.2",
-                "LCCN_KAFKA__REVOKE_DRAIN_TIMEOUT": "2",
-            }
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "subscriber.cli", "serve"],
-                cwd=ROOT,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-            )
+        kafka = {
+            "LCCN_LOG__LEVEL": "INFO",
+            "LCCN_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "LCCN_KAFKA__TOPICS": topic,
+            "LCCN_KAFKA__GROUP_ID": group,
+            "LCCN_KAFKA__CLIENT_ID": name,
+            "LCCN_KAFKA__SESSION_TIMEOUT": "6",
+            "LCCN_KAFKA__HEARTBEAT_INTERVAL": "0.5",
+            "LCCN_KAFKA__COMMIT_INTERVAL": "0.2",
+            "LCCN_KAFKA__REVOKE_DRAIN_TIMEOUT": "2",
+        }
+        args = ("--log-format", "text")
+        super().__init__(tmp_path, env=kafka, database=db_url, args=args, clean=True)
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None
@@ -80,15 +57,6 @@ class Serve:
     def wait(self, timeout: float = 30) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
     def last_assignment(self) -> set[str] | None:
         """The partitions of the last 'assigned' log line (None before the first)."""
@@ -122,32 +90,32 @@ async def _count(db_url: str) -> int:
 
 
 async def test_sigkill_mid_stream_then_restart(
-    broker: Any, tmp_path: Path, sqlite_url: str, serves: list[Serve]
+    broker: Any, tmp_path: Path, db_url: str, serves: list[Serve]
 ) -> None:
     topic, group = uid("topic"), uid("group")
     await create_topic(broker.bootstrap, topic, 3)
     bodies = transitions(3000)
     await produce(broker.bootstrap, topic, bodies)
 
-    first = Serve(tmp_path, "replica-a", sqlite_url, broker.bootstrap, topic, group)
+    first = Serve(tmp_path, "replica-a", db_url, broker.bootstrap, topic, group)
     serves.append(first)
     first.start()
-    await wait_until(lambda: _atleast(sqlite_url, 100), 60, interval=0.02, what="first events")
+    await wait_until(lambda: _atleast(db_url, 100), 60, interval=0.02, what="first events")
     first.signal(signal.SIGKILL)
     assert first.wait() == -signal.SIGKILL
-    at_kill = await _count(sqlite_url)
+    at_kill = await _count(db_url)
     assert 0 < at_kill < 3000, "the kill did not land mid-stream"
 
-    again = Serve(tmp_path, "replica-a2", sqlite_url, broker.bootstrap, topic, group)
+    again = Serve(tmp_path, "replica-a2", db_url, broker.bootstrap, topic, group)
     serves.append(again)
     again.start()
-    await wait_until(lambda: _atleast(sqlite_url, 3000), 90, what="all 3000 events")
+    await wait_until(lambda: _atleast(db_url, 3000), 90, what="all 3000 events")
     settings = fast_settings(broker.bootstrap, topic, group)
     await wait_until(lambda: _lag_zero(settings), 30, what="everything committed")
 
     again.signal(signal.SIGTERM)
     assert again.wait() == 0
-    events = await _events(sqlite_url)
+    events = await _events(db_url)
     assert len(events) == 3000
     assert len({e.dedup_key for e in events}) == 3000
     assert {e.vnf_lcm_op_occ_id for e in events} == {b["vnfLcmOpOccId"] for b in bodies}
@@ -164,12 +132,12 @@ async def _lag_zero(settings: Any) -> bool:
 
 @pytest.mark.postgres
 async def test_two_replicas_split_partitions_on_postgres(
-    broker: Any, tmp_path: Path, postgres_url: str, serves: list[Serve]
+    broker: Any, tmp_path: Path, pg_url: str, serves: list[Serve]
 ) -> None:
     topic, group = uid("topic"), uid("group")
     await create_topic(broker.bootstrap, topic, 3)
-    a = Serve(tmp_path, "replica-a", postgres_url, broker.bootstrap, topic, group)
-    b = Serve(tmp_path, "replica-b", postgres_url, broker.bootstrap, topic, group)
+    a = Serve(tmp_path, "replica-a", pg_url, broker.bootstrap, topic, group)
+    b = Serve(tmp_path, "replica-b", pg_url, broker.bootstrap, topic, group)
     serves += [a, b]
     a.start()
     await wait_until(lambda: (a.last_assignment() or set()) != set(), 60, what="a joined")
@@ -182,14 +150,14 @@ async def test_two_replicas_split_partitions_on_postgres(
     await wait_until(split, 60, what="the partitions split between a and b")
     bodies = transitions(900)
     await produce(broker.bootstrap, topic, bodies)
-    await wait_until(lambda: _atleast(postgres_url, 900), 60, what="900 events")
+    await wait_until(lambda: _atleast(pg_url, 900), 60, what="900 events")
     settings = fast_settings(broker.bootstrap, topic, group)
     await wait_until(lambda: _lag_zero(settings), 30, what="everything committed")
     for serve in (a, b):
         serve.signal(signal.SIGTERM)
     assert [a.wait(), b.wait()] == [0, 0]
 
-    events = await _events(postgres_url)
+    events = await _events(pg_url)
     assert len(events) == 900
     assert len({e.dedup_key for e in events}) == 900
     consumers_of: dict[int, set[str]] = {}

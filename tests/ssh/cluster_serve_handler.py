@@ -22,7 +22,7 @@ from typing import Any
 from handlers.instantiate import InstantiateCluster
 from schemas import Notification
 from subscriber.config import ClusterSettings
-from subscriber.kernel import HandlerRegistry, Plan, Services
+from subscriber.kernel import Plan, RoutingTable, Services
 from subscriber.kernel.ports import KubernetesAccess, PortAddresses
 from tests.cluster_fakes import FakeOpenStack, FakeTacker, with_services
 
@@ -77,5 +77,5 @@ class _WithFakes:
         return with_services(plan, fakes)
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(_WithFakes(), operation="INSTANTIATE", state="COMPLETED")

@@ -19,16 +19,9 @@ import pytest
 from subscriber.config import SshSettings
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
-from tests.testbed import testhosts
+from testbed import testhosts
 
 HOSTS = 5  # enough for the HA cluster: 3 masters + 2 workers
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.ssh)
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +43,7 @@ def ssh_settings(bed: Any) -> SshSettings:
     return SshSettings(
         known_hosts=bed.known_hosts,
         client_keys=(bed.client_key,),
+        key_dir=bed.client_key.parent,  # the parameters name the bed's key
         connect_timeout=5.0,
         command_timeout=30.0,
     )

@@ -17,15 +17,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from handlers import default_registry
-from subscriber.config import ClusterSettings, Settings, SshSettings
-from subscriber.kernel import Services
+from subscriber.config import ClusterSettings, SshSettings
 from subscriber.service import Service
 from subscriber.store import StepStatus
-from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params
-from tests.conftest import callback_url, make_settings, rerun, wait_settled
+from testbed import testhosts
+from tests.cluster_fakes import cluster_service, cluster_vnf, k8s_params
+from tests.conftest import callback_url, rerun, wait_settled
 from tests.factories import op_occ
-from tests.testbed import testhosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 
@@ -36,21 +34,6 @@ CLUSTER = ClusterSettings(
 
 def octet(host: Any) -> str:
     return str(host.address.rsplit(".", 1)[1])
-
-
-def settings_for(db_url: str, ssh: SshSettings, **dispatch: Any) -> Settings:
-    base = make_settings(db_url, **dispatch)
-    return base.model_copy(update={"ssh": ssh, "cluster": CLUSTER})
-
-
-async def start(settings: Settings, tacker: FakeTacker, openstack: FakeOpenStack) -> Service:
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=settings.cluster, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
-    return svc
 
 
 def params(bed: Any, ha: bool = False) -> dict[str, Any]:
@@ -102,7 +85,9 @@ async def test_simple_cluster_then_replay_is_a_no_op(
         [master.address], [w.address for w in workers], params=params(bed)
     )
     db = tmp_path / "lccn.db"
-    svc = await start(settings_for(f"sqlite+aiosqlite:///{db}", ssh_settings), tacker, openstack)
+    svc = await cluster_service(
+        f"sqlite+aiosqlite:///{db}", tacker, openstack, CLUSTER, ssh=ssh_settings
+    )
     try:
         t0 = time.monotonic()
         await notify(svc, inst, occ)
@@ -183,9 +168,8 @@ async def test_ha_cluster_three_masters_two_workers(
         vip=vip,
         params=params(bed, ha=True),
     )
-    svc = await start(
-        settings_for(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}", ssh_settings), tacker, openstack
-    )
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
+    svc = await cluster_service(db_url, tacker, openstack, CLUSTER, ssh=ssh_settings)
     try:
         await notify(svc, inst, occ)
         (event,) = await wait_settled(svc, 1, timeout=240)
@@ -229,10 +213,15 @@ async def test_unreachable_host_is_transient_and_wrong_host_key_permanent(
         [master.address], [bed.unused_address], params=params(bed)
     )
     quick = ssh_settings.model_copy(update={"connect_timeout": 2.0})
-    settings = settings_for(
-        f"sqlite+aiosqlite:///{tmp_path / 'a.db'}", quick, backoff_initial=60.0, backoff_max=120.0
+    svc = await cluster_service(
+        f"sqlite+aiosqlite:///{tmp_path / 'a.db'}",
+        tacker,
+        openstack,
+        CLUSTER,
+        ssh=quick,
+        backoff_initial=60.0,
+        backoff_max=120.0,
     )
-    svc = await start(settings, tacker, openstack)
     try:
         await notify(svc, inst, occ)
         async with asyncio.timeout(60):
@@ -254,9 +243,8 @@ async def test_unreachable_host_is_transient_and_wrong_host_key_permanent(
     known.write_text(f"{master.address} {other_key}\n")
     wrong = ssh_settings.model_copy(update={"known_hosts": known})
     tacker, openstack, inst, occ = cluster_vnf([master.address], [], params=params(bed))
-    svc = await start(
-        settings_for(f"sqlite+aiosqlite:///{tmp_path / 'b.db'}", wrong), tacker, openstack
-    )
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'b.db'}"
+    svc = await cluster_service(db_url, tacker, openstack, CLUSTER, ssh=wrong)
     try:
         await notify(svc, inst, occ)
         (event,) = await wait_settled(svc, 1, timeout=60)

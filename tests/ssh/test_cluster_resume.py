@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 
 from subscriber.config import SshSettings
+from testbed import testhosts
 from tests.cluster_fakes import cluster_vnf, k8s_params
 from tests.conftest import free_port
 from tests.factories import op_occ
-from tests.test_process import ServeProcess
-from tests.testbed import testhosts
+from tests.programs import ServeProcess
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 
@@ -60,6 +60,7 @@ def _serve(
         "LCCN_TEST_SCRIPT_ENV": json.dumps({"K8S_SKIP_PHASES": "packages,cni"}),
         "LCCN_SSH__KNOWN_HOSTS": str(ssh_settings.known_hosts),
         "LCCN_SSH__CLIENT_KEYS": json.dumps([str(bed.client_key)]),
+        "LCCN_SSH__KEY_DIR": str(bed.client_key.parent),
         "LCCN_DISPATCH__RESCAN_INTERVAL": "0.3",
         "LCCN_DISPATCH__REORDER_WINDOW": "0.05",
         "LCCN_DISPATCH__BACKOFF_INITIAL": "0.2",
@@ -136,7 +137,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
                 await asyncio.sleep(0.05)
         serve.kill(signal.SIGKILL)
         before = serve.rows("SELECT name, status FROM steps ORDER BY idx")
-        assert before == [("load-params", "done")]
+        assert before == [("confirm", "done"), ("load-params", "done")]
 
         gate.touch()
         serve.port = free_port()
@@ -152,6 +153,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
     assert len(workers) == 2
     rows = serve.rows("SELECT name, status, attempts FROM steps ORDER BY idx")
     assert [r[0] for r in rows] == [
+        "confirm",
         "load-params",
         "discover",
         "upload-scripts",
@@ -172,7 +174,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
     ]
     # One job, resumed: load-params ran once, before the kill; nothing failed.
     assert serve.rows("SELECT count(*) FROM jobs") == [(1,)]
-    assert rows[0] == ("load-params", "done", 1)
+    assert rows[:2] == [("confirm", "done", 1), ("load-params", "done", 1)]
     assert all(status in ("done", "skipped") for _, status, _ in rows)
 
 

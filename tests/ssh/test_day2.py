@@ -13,130 +13,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from handlers import default_registry
-from subscriber.config import ClusterSettings, HookSettings, Settings, SshSettings
-from subscriber.kernel import Services
-from subscriber.service import Service
+from subscriber.config import SshSettings
 from tests.cluster_fakes import (
-    FakeOpenStack,
-    FakeTacker,
     add_worker,
+    cluster_service,
     cluster_vnf,
     k8s_params,
     lcm_op_occ,
     rebuild_vnfc,
     remove_vnfc,
 )
-from tests.conftest import callback_url, make_settings, wait_settled
-from tests.factories import op_occ
+from tests.ssh.cluster import CLUSTER, Cluster, name_of, start
 
 from .conftest import testhosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
-
-CLUSTER = ClusterSettings(
-    script_env={"K8S_SKIP_PHASES": "packages,cni"},
-    token_wait_timeout=10.0,
-    install_timeout=120.0,
-    etcdctl_via="host",  # the stand-in's etcdctl; no pods to exec into here
-    haproxy_reload="",  # no haproxy process runs on the test hosts
-)
-
-
-def name_of(host: Any, role: str) -> str:
-    return f"{role}{host.address.rsplit('.', 1)[1]}"
-
-
-class Cluster:
-    """One Service, one fake VNF instance and the bed; events sent and awaited in order."""
-
-    def __init__(
-        self, bed: Any, svc: Service, tacker: FakeTacker, openstack: FakeOpenStack, inst: str
-    ) -> None:
-        self.bed, self.svc, self.tacker, self.openstack, self.inst = (
-            bed,
-            svc,
-            tacker,
-            openstack,
-            inst,
-        )
-        self.sent = 0
-
-    async def notify(self, operation: str, occ: str, state: str = "COMPLETED") -> Any:
-        body = op_occ(instance=self.inst, op_occ_id=occ, operation=operation, state=state)
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(callback_url(self.svc), json=body) as r,
-        ):
-            assert r.status == 204
-        self.sent += 1
-        events = await wait_settled(self.svc, self.sent, timeout=240)
-        event = max(events, key=lambda e: e.id)
-        return event
-
-    async def steps(self, event_id: int) -> dict[str, str]:
-        _, rows = await self.svc.store.jobs.resume_state(event_id)
-        return {r.name: r.status for r in rows}
-
-    async def check_agrees(self) -> set[str]:
-        """Cluster nodes == VNFC nodes == inventory; every node's /etc/hosts names them all."""
-        state = self.bed.state()
-        cluster = set(state["nodes"])
-        inventory = {n.name: n for n in await self.svc.store.inventory.nodes(self.inst)}
-        vnfcs = {
-            v["id"]
-            for v in self.tacker.instances[self.inst]["instantiatedVnfInfo"]["vnfcResourceInfo"]
-        }
-        assert set(inventory) == cluster, (inventory, cluster)
-        assert {n.vnfc_id for n in inventory.values()} == vnfcs
-        assert all(node["ready"] for node in state["nodes"].values())
-        masters = {n for n, v in inventory.items() if v.role == "master"}
-        if len(masters) > 1:
-            assert {m["name"] for m in state.get("etcd", {}).values()} == masters
-        for node in inventory.values():
-            host = next(h for h in self.bed.hosts if h.address == node.nic_ip)
-            text = (Path(self.bed.root) / "hosts" / host.name / "hosts").read_text()
-            named = {line.split()[1] for line in text.splitlines() if line.startswith("10.")}
-            assert named == cluster | {host.name}, (host.name, text)
-        return cluster
-
-
-async def start(
-    bed: Any,
-    ssh: SshSettings,
-    tmp_path: Path,
-    masters: list[Any],
-    workers: list[Any],
-    hooks: HookSettings | None = None,
-    **kw: Any,
-) -> Cluster:
-    testhosts.reset_cluster(bed)
-    params = k8s_params(
-        master_user="root", worker_user="root", key=str(bed.client_key), ha=len(masters) > 1
-    )
-    tacker, openstack, inst, occ = cluster_vnf(
-        [m.address for m in masters],
-        [w.address for w in workers],
-        vip=bed.unused_address if len(masters) > 1 else None,
-        params=params,
-    )
-    base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}", **kw)
-    settings = base.model_copy(
-        update={"ssh": ssh, "cluster": CLUSTER, "hooks": hooks or HookSettings()}
-    )
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
-    cluster = Cluster(bed, svc, tacker, openstack, inst)
-    event = await cluster.notify("INSTANTIATE", occ)
-    assert event.status == "done", await svc.store.jobs.resume_state(event.id)
-    return cluster
 
 
 def kubeadm_calls(bed: Any, verb: str, host: str) -> list[dict[str, Any]]:
@@ -336,14 +229,8 @@ async def test_workers_are_labelled_with_host_and_zone(
     server = {v["vduId"] + str(i): v["computeResource"]["resourceId"] for i, v in enumerate(vnfcs)}
     openstack.anti_affinity = {server["workerNode1"]}  # w1 is in the anti-affinity group
     openstack.zones = {server["workerNode1"]: "az-1", server["workerNode2"]: "az-2"}
-    base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
-    settings = base.model_copy(update={"ssh": ssh_settings, "cluster": CLUSTER})
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
+    svc = await cluster_service(db_url, tacker, openstack, CLUSTER, ssh=ssh_settings)
     c = Cluster(bed, svc, tacker, openstack, inst)
     try:
         event = await c.notify("INSTANTIATE", occ)

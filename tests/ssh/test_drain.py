@@ -17,7 +17,7 @@ import pytest
 
 from subscriber.config import HookSettings, SshSettings
 from tests.cluster_fakes import lcm_op_occ, rebuild_vnfc, remove_vnfc, server_at
-from tests.ssh.test_day2 import Cluster, name_of, start
+from tests.ssh.cluster import Cluster, name_of, start
 
 from .conftest import testhosts
 

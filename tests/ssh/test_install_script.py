@@ -19,14 +19,15 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from schemas.cluster_params import InstallReport, parse_install_output
+from handlers.toolkit.install_report import InstallReport, parse_install_output
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
-from tests.testbed import testhosts
+from testbed import testhosts
+from tests import REPO
 
 pytestmark = pytest.mark.ssh
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "handlers" / "toolkit" / "node"  # node-side files
+SCRIPTS = REPO / "handlers" / "toolkit" / "node"  # node-side files
 SCRIPT = "/tmp/install_k8s_cluster.sh"
 # The test hosts have the (stand-in) tools: skip apt and the CNI, run the rest for real.
 ENV = {"K8S_SKIP_PHASES": "packages,cni"}

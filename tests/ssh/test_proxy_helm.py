@@ -8,22 +8,17 @@ real. The files are read where the test hosts keep them
 
 from __future__ import annotations
 
-import io
 import stat
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from handlers import default_registry
 from handlers.toolkit import helm, proxy
-from subscriber.config import Settings, SshSettings
-from subscriber.kernel import Services
-from subscriber.service import Service
-from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ, rebuild_vnfc
-from tests.conftest import make_settings, rerun
-from tests.ssh.test_day2 import CLUSTER, Cluster, name_of
+from subscriber.config import SshSettings
+from tests.cluster_fakes import add_worker, k8s_params, lcm_op_occ, rebuild_vnfc
+from tests.conftest import rerun
+from tests.ssh.cluster import Cluster, fs, instantiate, name_of
 
 from .conftest import testhosts
 
@@ -47,16 +42,27 @@ exit 7
 """
 
 
-def package(script: bytes) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        archive.writestr("TOSCA-Metadata/TOSCA.meta", "TOSCA-Meta-File-Version: 1.0\n")
-        archive.writestr(HELM_PATH, script)
-    return buf.getvalue()
+def proxy_params(bed: Any, *, ha: bool = False) -> dict[str, Any]:
+    params = k8s_params(master_user="root", worker_user="root", key=str(bed.client_key), ha=ha)
+    params["k8s_cluster_installation_param"].update(
+        proxy={"http_proxy": HTTP, "https_proxy": HTTPS, "no_proxy": "10.1.2.3"},
+        helm_installation_script_path=HELM_PATH,
+    )
+    return params
 
 
-def fs(bed: Any, host: Any, target: str) -> Path:
-    return Path(bed.root) / "hosts" / host.name / "fs" / target.strip("/").replace("/", "-")
+async def start(
+    bed: Any,
+    ssh: SshSettings,
+    tmp_path: Path,
+    masters: list[Any],
+    workers: list[Any],
+    script: bytes,
+) -> tuple[Cluster, Any]:
+    params = proxy_params(bed, ha=len(masters) > 1)
+    return await instantiate(
+        bed, tmp_path, masters, workers, ssh=ssh, params=params, package={HELM_PATH: script}
+    )
 
 
 def apt_file(bed: Any, host: Any) -> Path:
@@ -74,44 +80,6 @@ def marker(bed: Any, host: Any) -> Path:
 def helm_runs(bed: Any, host: Any) -> list[str]:
     path = fs(bed, host, "/root") / "helm-runs"
     return path.read_text().split() if path.exists() else []
-
-
-async def start(
-    bed: Any,
-    ssh: SshSettings,
-    tmp_path: Path,
-    masters: list[Any],
-    workers: list[Any],
-    script: bytes,
-) -> tuple[Cluster, Any]:
-    testhosts.reset_cluster(bed)
-    params = k8s_params(master_user="root", worker_user="root", key=str(bed.client_key))
-    params["k8s_cluster_installation_param"].update(
-        proxy={"http_proxy": HTTP, "https_proxy": HTTPS, "no_proxy": "10.1.2.3"},
-        helm_installation_script_path=HELM_PATH,
-    )
-    tacker, openstack, inst, occ = cluster_vnf(
-        [m.address for m in masters], [w.address for w in workers], params=params
-    )
-    tacker.instances[inst]["vnfdId"] = "vnfd-proxy-helm"
-    tacker.packages["vnfd-proxy-helm"] = package(script)
-    base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
-    settings = base.model_copy(update={"ssh": ssh, "cluster": CLUSTER})
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
-    cluster = Cluster(bed, svc, tacker, openstack, inst)
-    event = await cluster.notify("INSTANTIATE", occ)
-    return cluster, event
-
-
-async def result_of(c: Cluster, event_id: int, step: str) -> dict[str, Any]:
-    _, rows = await c.svc.store.jobs.resume_state(event_id)
-    found: dict[str, Any] = next(r for r in rows if r.name == step).result_json()
-    return found
 
 
 def assert_proxy_files(bed: Any, host: Any, nodes: list[Any]) -> str:
@@ -155,14 +123,14 @@ async def test_proxy_and_helm_on_instantiate_rerun_then_scale_out(
         assert helm_runs(bed, master) == ["ran"] and helm_runs(bed, w1) == []
         assert marker(bed, master).read_text().strip() == helm.script_digest(HELM_OK)
         assert not marker(bed, w1).exists()
-        ran = await result_of(c, event.id, "install-helm")
+        ran = await c.result(event.id, "install-helm")
         assert ran["ran"] == [name_of(master, "master")] and ran["path"] == HELM_PATH
 
         # The same job again: the same files, Helm not run again.
         assert (await rerun(c.svc, event.id)).status == "done"
         steps = await c.steps(event.id)
         assert steps["install-helm"] == "skipped"
-        again = await result_of(c, event.id, "configure-proxy")
+        again = await c.result(event.id, "configure-proxy")
         assert all(n["changed"] == [] for n in again["nodes"].values()), again
         assert {h.name: assert_proxy_files(bed, h, [master, w1]) for h in (master, w1)} == dropins
         assert helm_runs(bed, master) == ["ran"]
@@ -172,7 +140,7 @@ async def test_proxy_and_helm_on_instantiate_rerun_then_scale_out(
         before = {h.name: dropin(bed, h).stat().st_mtime_ns for h in (master, w1)}
         event = await c.notify("SCALE", lcm_op_occ(c.tacker, c.inst, "SCALE"))
         assert event.status == "done", await c.svc.store.jobs.resume_state(event.id)
-        scaled = await result_of(c, event.id, "configure-proxy")
+        scaled = await c.result(event.id, "configure-proxy")
         assert list(scaled["nodes"]) == [name_of(w2, "worker")]
         assert_proxy_files(bed, w2, [master, w1, w2])
         assert {h.name: dropin(bed, h).stat().st_mtime_ns for h in (master, w1)} == before
@@ -188,48 +156,28 @@ async def test_proxy_and_helm_on_a_healed_master(
 ) -> None:
     masters, worker = bed.hosts[0:3], bed.hosts[3]
     # An HA cluster: a healed master is rebuilt under surviving ones.
-    testhosts.reset_cluster(bed)
-    params = k8s_params(master_user="root", worker_user="root", key=str(bed.client_key), ha=True)
-    params["k8s_cluster_installation_param"].update(
-        proxy={"http_proxy": HTTP, "https_proxy": HTTPS, "no_proxy": "10.1.2.3"},
-        helm_installation_script_path=HELM_PATH,
-    )
-    tacker, openstack, inst, occ = cluster_vnf(
-        [m.address for m in masters], [worker.address], vip=bed.unused_address, params=params
-    )
-    tacker.instances[inst]["vnfdId"] = "vnfd-proxy-helm"
-    tacker.packages["vnfd-proxy-helm"] = package(HELM_OK)
-    base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
-    settings = base.model_copy(update={"ssh": ssh_settings, "cluster": CLUSTER})
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
-    c = Cluster(bed, svc, tacker, openstack, inst)
+    c, event = await start(bed, ssh_settings, tmp_path, masters, [worker], HELM_OK)
     try:
-        event = await c.notify("INSTANTIATE", occ)
-        assert event.status == "done", await svc.store.jobs.resume_state(event.id)
+        assert event.status == "done", await c.svc.store.jobs.resume_state(event.id)
         assert all(helm_runs(bed, m) == ["ran"] for m in masters)
 
         healed = masters[1]
-        rebuild_vnfc(tacker, openstack, inst, healed.address)
+        rebuild_vnfc(c.tacker, c.openstack, c.inst, healed.address)
         testhosts.wipe_host(bed, healed)
-        event = await c.notify("HEAL", lcm_op_occ(tacker, inst, "HEAL"))
-        assert event.status == "done", await svc.store.jobs.resume_state(event.id)
-        assert list((await result_of(c, event.id, "configure-proxy"))["nodes"]) == [
+        event = await c.notify("HEAL", lcm_op_occ(c.tacker, c.inst, "HEAL"))
+        assert event.status == "done", await c.svc.store.jobs.resume_state(event.id)
+        assert list((await c.result(event.id, "configure-proxy"))["nodes"]) == [
             name_of(healed, "master")
         ]
         assert_proxy_files(bed, healed, [*masters, worker])
-        ran = await result_of(c, event.id, "install-helm")
+        ran = await c.result(event.id, "install-helm")
         assert ran["ran"] == [name_of(healed, "master")]
         assert sorted(ran["already"]) == sorted(
             name_of(m, "master") for m in masters if m != healed
         )
         assert all(helm_runs(bed, m) == ["ran"] for m in masters)
     finally:
-        await svc.stop()
+        await c.svc.stop()
     assert_no_secret_stored(tmp_path)
 
 

@@ -2,7 +2,7 @@
 
 The registry is Debian's ``docker-registry`` with htpasswd basic auth and TLS (a
 CA made here), run inside the network namespace of a test host that is not part
-of the cluster (:mod:`tests.testbed.registry`). Tacker and OpenStack are the
+of the cluster (:mod:`testbed.registry`). Tacker and OpenStack are the
 in-memory fakes (the CA reaches the step inside the VNF package the fake Tacker
 hands out); SSH, the node files, curl on the nodes and the registry are real.
 Every SSH command is recorded to prove no password went on a command line.
@@ -11,32 +11,27 @@ Every SSH command is recorded to prove no password went on a command line.
 from __future__ import annotations
 
 import base64
-import io
 import json
 import stat
 import subprocess
-import zipfile
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from handlers import default_registry
 from handlers.toolkit import registry
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import discover
 from schemas.cluster_params import parse_cluster_params
-from subscriber.config import ClusterSettings, Settings, SshSettings
+from subscriber.config import ClusterSettings, SshSettings
 from subscriber.errors import PermanentStepError
-from subscriber.kernel import Services
 from subscriber.kernel.ports import CommandResult, SshTarget
-from subscriber.service import Service
 from subscriber.ssh import SshPool
+from testbed import registry as test_registry
 from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ, rebuild_vnfc
-from tests.conftest import make_settings, rerun
-from tests.ssh.test_day2 import CLUSTER, Cluster, name_of
-from tests.testbed import registry as test_registry
+from tests.conftest import rerun
+from tests.ssh.cluster import Cluster, instantiate, name_of
 
 from .conftest import testhosts
 
@@ -50,20 +45,9 @@ CA_PATH = "Files/registry/ca.crt"
 @pytest.fixture(scope="module")
 def real_registry(bed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The registry on the bed's last host (never a cluster node here)."""
-    if (why := test_registry.missing()) is not None:
-        pytest.fail(why)
-    host = bed.hosts[-1]
-    server = test_registry.start(
-        host.namespace,
-        host.address,
-        tmp_path_factory.mktemp("registry"),
-        username=USER,
-        password=PASSWORD,
-    )
-    try:
+    root = tmp_path_factory.mktemp("registry")
+    with test_registry.serving(bed.hosts[-1], root, username=USER, password=PASSWORD) as server:
         yield server
-    finally:
-        server.stop()
 
 
 class RecordingPool:
@@ -88,14 +72,6 @@ class RecordingPool:
 async def recording(ssh_settings: SshSettings) -> AsyncIterator[RecordingPool]:
     async with SshPool(ssh_settings) as pool:
         yield RecordingPool(pool)
-
-
-def package(ca: bytes) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        archive.writestr("TOSCA-Metadata/TOSCA.meta", "TOSCA-Meta-File-Version: 1.0\n")
-        archive.writestr(CA_PATH, ca)
-    return buf.getvalue()
 
 
 def params_for(bed: Any, reg: Any, password: str = PASSWORD) -> dict[str, Any]:
@@ -172,30 +148,18 @@ CONTAINERD_DEFAULT = """version = 2
 async def start_service(
     bed: Any, reg: Any, ssh: Any, tmp_path: Path, masters: list[Any], workers: list[Any]
 ) -> tuple[Cluster, Any]:
-    testhosts.reset_cluster(bed)
     # containerd's default config (1.7) on the master: config_path must come to name certs.d
     config = Path(bed.private_dir(masters[0], "/etc/containerd")) / "config.toml"
-    config.write_text(CONTAINERD_DEFAULT)
-    tacker, openstack, inst, occ = cluster_vnf(
-        [m.address for m in masters], [w.address for w in workers], params=params_for(bed, reg)
+    return await instantiate(
+        bed,
+        tmp_path,
+        masters,
+        workers,
+        executor=ssh,
+        params=params_for(bed, reg),
+        package={CA_PATH: reg.ca_pem},
+        prepare=lambda *_: config.write_text(CONTAINERD_DEFAULT),
     )
-    tacker.instances[inst]["vnfdId"] = "vnfd-registry"
-    tacker.packages["vnfd-registry"] = package(reg.ca_pem)
-    base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
-    svc = Service(
-        base.model_copy(update={"cluster": CLUSTER}),
-        registry=default_registry(cluster=CLUSTER, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack, ssh=ssh),
-    )
-    await svc.start()
-    cluster = Cluster(bed, svc, tacker, openstack, inst)
-    return cluster, await cluster.notify("INSTANTIATE", occ)
-
-
-async def result_of(c: Cluster, event_id: int, step: str) -> dict[str, Any]:
-    _, rows = await c.svc.store.jobs.resume_state(event_id)
-    found: dict[str, Any] = next(r for r in rows if r.name == step).result_json()
-    return found
 
 
 def assert_secret_nowhere(commands: Sequence[str], tmp_path: Path) -> None:
@@ -214,7 +178,7 @@ async def test_registry_login_accepted_rerun_changes_nothing_scale_out_adds_the_
     c, event = await start_service(bed, reg, recording, tmp_path, [master], [w1])
     try:
         assert event.status == "done", await c.svc.store.jobs.resume_state(event.id)
-        done = await result_of(c, event.id, "configure-registry")
+        done = await c.result(event.id, "configure-registry")
         assert sorted(done["nodes"]) == sorted([name_of(master, "master"), name_of(w1, "worker")])
         for node in done["nodes"].values():
             assert node["verified"] == {reg.server: "accepted"}
@@ -231,7 +195,7 @@ async def test_registry_login_accepted_rerun_changes_nothing_scale_out_adds_the_
         # The same job again: nothing changes, the check runs again and passes.
         before = {h.name: auth_file(bed, h).stat().st_mtime_ns for h in (master, w1)}
         assert (await rerun(c.svc, event.id)).status == "done"
-        again = await result_of(c, event.id, "configure-registry")
+        again = await c.result(event.id, "configure-registry")
         assert all(n["changed"] == [] for n in again["nodes"].values()), again
         assert {h.name: auth_file(bed, h).stat().st_mtime_ns for h in (master, w1)} == before
 
@@ -239,7 +203,7 @@ async def test_registry_login_accepted_rerun_changes_nothing_scale_out_adds_the_
         add_worker(c.tacker, c.openstack, c.inst, w2.address)
         event = await c.notify("SCALE", lcm_op_occ(c.tacker, c.inst, "SCALE"))
         assert event.status == "done", await c.svc.store.jobs.resume_state(event.id)
-        scaled = await result_of(c, event.id, "configure-registry")
+        scaled = await c.result(event.id, "configure-registry")
         assert list(scaled["nodes"]) == [name_of(w2, "worker")]
         assert_node_configured(bed, w2, reg)
         assert {h.name: auth_file(bed, h).stat().st_mtime_ns for h in (master, w1)} == before
@@ -250,7 +214,7 @@ async def test_registry_login_accepted_rerun_changes_nothing_scale_out_adds_the_
         assert not auth_file(bed, w1).exists()
         event = await c.notify("HEAL", lcm_op_occ(c.tacker, c.inst, "HEAL"))
         assert event.status == "done", await c.svc.store.jobs.resume_state(event.id)
-        healed = await result_of(c, event.id, "configure-registry")
+        healed = await c.result(event.id, "configure-registry")
         assert list(healed["nodes"]) == [name_of(w1, "worker")]
         assert_node_configured(bed, w1, reg)
     finally:

@@ -11,26 +11,27 @@ its volume kept) mounts the volume again without formatting it: the file is stil
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
-import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from handlers import default_registry
 from handlers.toolkit import storage
-from subscriber.config import Settings, SshSettings
-from subscriber.kernel import Services
+from subscriber.config import SshSettings
 from subscriber.kernel.ports import PortAddresses
-from subscriber.service import Service
-from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params, lcm_op_occ, uid
-from tests.conftest import make_settings, rerun
-from tests.ssh.test_day2 import CLUSTER, Cluster
-from tests.ssh.test_proxy_helm import fs, result_of
+from tests.cluster_fakes import (
+    FakeOpenStack,
+    FakeTacker,
+    cluster_service,
+    cluster_vnf,
+    k8s_params,
+    lcm_op_occ,
+    uid,
+)
+from tests.conftest import rerun
+from tests.ssh.cluster import CLUSTER, Cluster, fs
 
 from .conftest import testhosts
 
@@ -53,17 +54,6 @@ def pv_manifest(name: str, path: str) -> str:
     )
 
 
-def package() -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        archive.writestr("TOSCA-Metadata/TOSCA.meta", "TOSCA-Meta-File-Version: 1.0\n")
-        for index, path in enumerate(EXPORTS, start=1):
-            archive.writestr(
-                f"Files/kubernetes/nfs-pv{index}.yaml", pv_manifest(f"pv{index}", path)
-            )
-    return buf.getvalue()
-
-
 def add_storage_vnfc(
     tacker: FakeTacker, openstack: FakeOpenStack, inst: str, address: str, device: str
 ) -> dict[str, Any]:
@@ -79,23 +69,14 @@ def add_storage_vnfc(
         "metadata": {"stack_id": stack},
     }
     tacker.instances[inst]["instantiatedVnfInfo"]["vnfcResourceInfo"].append(vnfc)
-    tacker.instances[inst]["vnfdId"] = VNFD
-    tacker.packages[VNFD] = package()
+    manifests = {
+        f"Files/kubernetes/nfs-pv{index}.yaml": pv_manifest(f"pv{index}", path)
+        for index, path in enumerate(EXPORTS, start=1)
+    }
+    tacker.onboard(inst, manifests, VNFD)
     openstack.ports[(stack, STORAGE_CP)] = PortAddresses((address,))
     openstack.volumes[(stack, "storage_server_volume")] = (device,)
     return vnfc
-
-
-@pytest.fixture
-def loop_device(tmp_path: Path) -> Iterator[str]:
-    image = tmp_path / "storage.img"
-    with image.open("wb") as fh:
-        fh.truncate(64 * 1024 * 1024)
-    dev = subprocess.run(
-        ["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    yield dev
-    subprocess.run(["losetup", "--detach", dev], check=False)
 
 
 def inside(host: Any, *argv: str, net_only: bool = False) -> subprocess.CompletedProcess[str]:
@@ -153,19 +134,13 @@ async def test_storage_server_nfs_and_pvs_then_a_rebuilt_storage_server(
     )
     vnfc = add_storage_vnfc(tacker, openstack, inst, store.address, loop_device)
 
-    base: Settings = make_settings(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
-    settings = base.model_copy(update={"ssh": ssh_settings, "cluster": SETTINGS})
-    svc = Service(
-        settings,
-        registry=default_registry(cluster=SETTINGS, cluster_handlers=True),
-        services=Services(tacker=tacker, openstack=openstack),
-    )
-    await svc.start()
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
+    svc = await cluster_service(db_url, tacker, openstack, SETTINGS, ssh=ssh_settings)
     c = Cluster(bed, svc, tacker, openstack, inst)
     try:
         event = await c.notify("INSTANTIATE", occ)
         assert event.status == "done", str(await svc.store.jobs.resume_state(event.id))[-3000:]
-        done = await result_of(c, event.id, "storage-server")
+        done = await c.result(event.id, "storage-server")
         assert done["volumes"] == {MOUNT: {"device": loop_device, "done": "formatted+mounted"}}
         mounted = inside(store, "findmnt", "-rn", "-o", "SOURCE,FSTYPE", "--mountpoint", MOUNT)
         assert mounted.stdout.split() == [loop_device, "ext4"], mounted.stderr
@@ -173,7 +148,7 @@ async def test_storage_server_nfs_and_pvs_then_a_rebuilt_storage_server(
         assert exports.read_text().splitlines()[1:] == [
             f"{d} 10.77.0.0/24({storage.EXPORT_OPTIONS})" for d in EXPORTS
         ]
-        clients = await result_of(c, event.id, "nfs-client")
+        clients = await c.result(event.id, "nfs-client")
         assert set(clients["nodes"].values()) == {"present"} and len(clients["nodes"]) == 2
 
         # The worker writes through NFS (Ganesha on the storage host, port 2049) ...
@@ -212,10 +187,10 @@ async def test_storage_server_nfs_and_pvs_then_a_rebuilt_storage_server(
 
         # The same job again changes nothing.
         assert (await rerun(svc, event.id)).status == "done"
-        again = await result_of(c, event.id, "storage-server")
+        again = await c.result(event.id, "storage-server")
         assert again["volumes"][MOUNT]["done"] == "mounted-already"
         assert again["exportsChanged"] is False
-        registered = await result_of(c, event.id, "register-pvs")
+        registered = await c.result(event.id, "register-pvs")
         assert registered["pvs"] == {"pv1": "already Available", "pv2": "already Available"}
 
         # The storage server rebuilt (a HEAL of its VNFC): its files are gone, its volume
@@ -225,7 +200,7 @@ async def test_storage_server_nfs_and_pvs_then_a_rebuilt_storage_server(
         vnfc["id"] = uid()
         event = await c.notify("HEAL", lcm_op_occ(tacker, inst, "HEAL"))
         assert event.status == "done", str(await svc.store.jobs.resume_state(event.id))[-3000:]
-        healed = await result_of(c, event.id, "storage-server")
+        healed = await c.result(event.id, "storage-server")
         assert healed["volumes"][MOUNT]["done"] == "mounted ext4"
         assert healed["exportsChanged"] is True
         kept = inside(store, "cat", f"{EXPORTS[0]}/hello.txt")

@@ -2,7 +2,7 @@
 ``lccn-subscriber serve`` subscribed to Tacker, and a recorder of what Tacker sent.
 
 The Tacker bed itself (``bed``, ``tacker``, ``recorder``) is one per test run, shared by
-every tier that needs it: it lives in ``tests/testbed/tacker_fixtures.py`` and the root
+every tier that needs it: it lives in ``tests/tacker_fixtures.py`` and the root
 conftest. Session scope because Tacker takes seconds to start (about 7 s warm, 25 s cold) and
 each test makes VNF instances of its own (unique names), so they do not interfere.
 Skip this tier locally with ``-m "not tacker"``; CI always runs it.
@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from openstack import connection
 
-from tests.openstack_sim.process import SimProcess
-from tests.tacker.helpers import CallbackRecorder, ServeProcess, TackerClient
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import CallbackRecorder, TackerClient
+from tests.tacker.helpers import ServeProcess
 
 # Our sample network (a Neutron net id as Tacker would pass it through to Heat).
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
@@ -49,15 +50,6 @@ def serve(
 @pytest.fixture(scope="session")
 def openstack_conn(sim: SimProcess) -> Iterator[Any]:
     """openstacksdk, unchanged, with password auth against the simulator's Keystone."""
-    c = sim.config
-    conn = connection.Connection(
-        auth_url=sim.auth_url,
-        username=c.username,
-        password=c.password,
-        project_name=c.project_name,
-        user_domain_name=c.domain,
-        project_domain_name=c.domain,
-        region_name=c.region,
-    )
+    conn = connection.Connection(**sim.openstack_settings())
     yield conn
     conn.close()

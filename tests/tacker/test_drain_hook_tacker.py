@@ -19,18 +19,20 @@ from typing import Any
 
 import pytest
 
-from handlers.drain import drain_request
 from handlers.job import ClusterJob
+from handlers.results import DrainServers, Leaving
+from handlers.steps import drain_request
 from schemas import Notification
 from subscriber.config import ClusterSettings, HookSettings
 from subscriber.errors import PermanentStepError
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step, StepsFor
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.service import Service
+from testbed import tacker_bed as tb
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
 from tests.conftest import callback_url, make_settings
-from tests.openstack_sim.process import SimProcess
 from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import TackerClient, ext_virtual_links, k8s_params, unique_name
-from tests.testbed import tacker_bed as tb
+from tests.tacker.helpers import k8s_params
 
 pytestmark = [pytest.mark.tacker, pytest.mark.asyncio, pytest.mark.timeout(600)]
 
@@ -40,7 +42,7 @@ TOKEN = "tacker-hook-token-7d1e0b"
 class SimWatchingDrain:
     """The drain plan; its cluster steps replaced by a record of (servers, still there)."""
 
-    name = "cluster-drain"
+    name = "sim-watching-drain"  # found by its route, not by this name
 
     def __init__(self, sim: SimProcess) -> None:
         self.sim = sim
@@ -50,19 +52,17 @@ class SimWatchingDrain:
     def plan(self, notification: Notification) -> Plan:
         job = ClusterJob(ClusterSettings(), notification)
 
-        async def select(ctx: JobContext) -> dict[str, Any]:
-            servers = list(ctx.results["drain-request"]["servers"])
+        async def select(ctx: JobContext) -> Leaving:
+            servers = list(ctx.result(DrainServers).servers)
             ports = await asyncio.to_thread(self.sim.control.state)
             alive = {p["device_id"] for p in ports["ports"] if p["device_id"]}
             self.drained.append((servers, set(servers) <= alive))
             if self.fail:
                 raise PermanentStepError("worker drain refused by a PodDisruptionBudget")
-            return {"nodes": servers}
+            return Leaving(nodes=tuple(servers))
 
-        def expand(request: dict[str, Any]) -> list[Step]:
-            return [Step("select-leaving", select)] if request.get("servers") else []
-
-        return Plan((drain_request(job), StepsFor("select", "drain-request", expand)))
+        selecting = Step(Leaving.step, select, needs=(DrainServers,), makes=Leaving)
+        return Plan((drain_request(job), selecting))
 
 
 @pytest.fixture
@@ -70,11 +70,11 @@ async def hooked(
     db_url: str, bed: tb.BedState, tacker: TackerClient, sim: SimProcess, tmp_path: Path
 ) -> AsyncIterator[tuple[Service, SimWatchingDrain]]:
     handler = SimWatchingDrain(sim)
-    reg = HandlerRegistry()
+    reg = RoutingTable()
     for op in ("SCALE", "HEAL"):
         reg.register(handler, operation=op, state="PROCESSING")
     settings = make_settings(db_url).model_copy(update={"hooks": HookSettings(token=TOKEN)})
-    svc = Service(settings, registry=reg)
+    svc = Service(settings, routing=reg)
     await svc.start()
     token_file = tmp_path / "hook-token"
     token_file.write_text(TOKEN)

@@ -14,18 +14,17 @@ from typing import Any
 
 import pytest
 
-from tests.openstack_sim.process import SimProcess
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import (
+from testbed import tacker_bed as tb
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import (
     CallbackRecorder,
-    ServeProcess,
     TackerClient,
     ext_virtual_links,
-    k8s_params,
     unique_name,
     wait_for,
 )
-from tests.testbed import tacker_bed as tb
+from tests.tacker.conftest import NETWORK_ID
+from tests.tacker.helpers import ServeProcess, k8s_params
 
 pytestmark = pytest.mark.tacker
 

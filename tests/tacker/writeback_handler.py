@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from schemas import Notification
-from subscriber.kernel import HandlerRegistry, JobContext, Plan, Step
+from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.kernel.ports import KubernetesAccess
 
 BEARER = "test-bearer-9f8e7d6c5b4a39281706"
@@ -54,7 +54,7 @@ class RecordModifyInfo:
         return Plan(())
 
 
-def register(registry: HandlerRegistry) -> None:
+def register(registry: RoutingTable) -> None:
     registry.register(WriteBack(), operation="INSTANTIATE", state="COMPLETED")
     registry.register(Busy(), operation="SCALE", state="COMPLETED")
     registry.register(RecordModifyInfo(), operation="MODIFY_INFO")

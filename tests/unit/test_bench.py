@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -13,8 +12,9 @@ from schemas import parse_notification
 from subscriber.ingest.kafka_records import decode_record
 from subscriber.store import NewEvent
 from subscriber.store.events import _row_values
+from tests import REPO
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = REPO / "bench"
 
 
 @pytest.fixture

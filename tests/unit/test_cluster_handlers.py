@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from handlers import default_registry
+from handlers import default_routing
 from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.terminate import TerminateCluster
 from handlers.toolkit.params import load_params
@@ -17,12 +17,13 @@ from schemas import VnfLcmOperationOccurrenceNotification, parse_notification_da
 from schemas.cluster_params import parse_cluster_params
 from subscriber.errors import (
     DiscoveryError,
+    EndJob,
     NotACluster,
     PermanentStepError,
     ServiceMissing,
     SkipStep,
 )
-from subscriber.kernel import HandlerRegistry, JobContext, Services, Step, StepsFor
+from subscriber.kernel import JobContext, RoutingTable, Services, Step, StepsFor
 from subscriber.kernel.ports import PortAddresses
 from tests.cluster_fakes import (
     MASTER_CP,
@@ -30,6 +31,8 @@ from tests.cluster_fakes import (
     FakeTacker,
     cluster_vnf,
     k8s_params,
+    lcm_op_occ,
+    run_step,
     uid,
 )
 from tests.factories import op_occ
@@ -111,11 +114,13 @@ async def test_starting_handler_validates_early() -> None:
     bad = k8s_params()
     bad["k8s_cluster_installation_param"]["master_node"]["pod_cidr"] = "not-a-cidr"
     tacker.op_occs[occ]["operationParams"] = {"additionalParams": bad}
+    tacker.op_occs[occ]["operationState"] = "STARTING"
     ctx = ctx_for(inst, occ, Services(tacker=tacker), state="STARTING")
-    (step,) = ValidateInstantiate().plan(ctx.notification).items
+    confirm, step = ValidateInstantiate().plan(ctx.notification).items
     assert isinstance(step, Step) and step.name == "validate-params"
+    assert isinstance(confirm, Step) and confirm.name == "confirm"
     with pytest.raises(PermanentStepError, match="pod_cidr"):
-        await step.run(ctx)
+        await run_step(step, ctx)
 
 
 K8S_VIM = {
@@ -153,26 +158,26 @@ async def test_a_cnf_without_params_is_not_a_cluster_but_a_vm_vnf_without_them_f
     assert not isinstance(failed.value, NotACluster)
 
 
-async def test_every_step_of_a_cnfs_job_is_skipped_without_touching_anything() -> None:
+async def test_a_cnfs_job_ends_at_its_parameters_without_touching_anything() -> None:
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.15"], ["10.9.0.16"])
     tacker.op_occs[occ]["operationParams"] = {"vimConnectionInfo": {"k8s": K8S_VIM}}
     ctx = ctx_for(inst, occ, services(tacker, openstack))
     plan = InstantiateCluster().plan(ctx.notification)
-    ran: dict[str, str] = {}
-    for step in plan.steps(ctx.results):  # as the runner does: results fill in as steps end
-        with pytest.raises(NotACluster) as skipped:
-            await step.run(ctx)
-        ctx.results[step.name] = skipped.value.result
-        ran[step.name] = skipped.value.reason
-    # The per-node steps expand to none; nothing reached OpenStack, SSH or a write-back.
-    assert list(ran) == [n for n in plan.outline() if "<node>" not in n]
-    assert "is deployed on Kubernetes" in ran["load-params"]
+    steps = plan.steps(ctx.results)  # as the runner does: results fill in as steps end
+    for step in steps:
+        try:
+            ctx.results[step.name] = await run_step(step, ctx)
+        except EndJob as ended:  # the runner ends the job here, done
+            assert isinstance(ended, NotACluster) and step.name == "load-params"
+            assert "is deployed on Kubernetes" in ended.reason
+            break
+    assert list(ctx.results) == ["confirm"]
     assert openstack.calls == [] and tacker.write_backs == []
-    # The STARTING validation skips too, rather than failing the CNF's operation.
-    (check,) = ValidateInstantiate().plan(ctx.notification).items
+    # The STARTING validation ends the same way, rather than failing the CNF's operation.
+    check = ValidateInstantiate().plan(ctx.notification).items[-1]
     assert isinstance(check, Step)
     with pytest.raises(NotACluster):
-        await check.run(ctx_for(inst, occ, Services(tacker=tacker), state="STARTING"))
+        await run_step(check, ctx_for(inst, occ, Services(tacker=tacker), state="STARTING"))
 
 
 # ------------------------------------------------------------------- discovery
@@ -244,7 +249,7 @@ async def expanded(plan_items: Any, ctx: JobContext) -> list[str]:
     names = []
     for item in plan_items:
         if isinstance(item, StepsFor):
-            names += [s.name for s in item.expand(ctx.results[item.after])]
+            names += [s.name for s in item.expand(item.after.from_json(ctx.results["discover"]))]
         else:
             names.append(item.name)
     return names
@@ -256,6 +261,7 @@ async def test_plan_is_pure_and_names_its_steps_before_discovery() -> None:
     plan = InstantiateCluster().plan(ctx.notification)
     assert tacker.gets == 0 and openstack.calls == []  # no I/O while planning
     assert plan.outline() == [
+        "confirm",
         "load-params",
         "discover",
         "upload-scripts",
@@ -289,7 +295,7 @@ async def test_plan_simple_expands_from_the_discovered_nodes() -> None:
     params = parse_cluster_params(k8s_params())
     ctx.results["discover"] = (await discover(tacker.instances[inst], params, openstack)).as_json()
     names = await expanded(InstantiateCluster().plan(ctx.notification).items, ctx)
-    assert names[2:7] == [
+    assert names[3:8] == [
         "upload-scripts",
         "configure-hosts",
         "configure-proxy",
@@ -308,7 +314,7 @@ async def test_plan_ha_joins_masters_one_by_one() -> None:
     assert Topology.from_json(topo.as_json()) == topo  # a checkpoint gives the same topology
     ctx.results["discover"] = topo.as_json()
     names = await expanded(InstantiateCluster().plan(ctx.notification).items, ctx)
-    assert names[5:9] == [
+    assert names[6:10] == [
         "init-master-master21",
         "join-master-master22",
         "join-master-master23",
@@ -322,13 +328,15 @@ async def test_steps_need_their_services() -> None:
     first = InstantiateCluster().plan(ctx.notification).items[0]
     assert isinstance(first, Step)
     with pytest.raises(ServiceMissing, match="'tacker' service is not configured"):
-        await first.run(ctx)
+        await run_step(first, ctx)
 
 
 async def test_terminate_v2_sends_no_patch_and_forgets() -> None:
-    tacker, _, inst, occ = cluster_vnf(["10.9.0.15"], [])
-    tacker.op_occs[occ]["operationParams"] = {"terminationType": "FORCEFUL"}
-    tacker.vims[f"kubernetes_vim_{inst}"] = "vim-1"
+    params = k8s_params()
+    params["k8s_cluster_installation_param"]["vim_name"] = "edge-vim"
+    tacker, _, inst, _ = cluster_vnf(["10.9.0.15"], [], params=params)
+    terminate = lcm_op_occ(tacker, inst, "TERMINATE", {"terminationType": "FORCEFUL"})
+    tacker.vims["edge-vim"] = "vim-1"
 
     class Inventory:
         forgotten: list[str] = []
@@ -342,30 +350,37 @@ async def test_terminate_v2_sends_no_patch_and_forgets() -> None:
         tacker.cleared.clear()
         ctx = ctx_for(
             inst,
-            occ,
+            terminate,
             Services(tacker=tacker, inventory=inventory),  # type: ignore[arg-type]
             operation="TERMINATE",
             version=version,
         )
         plan = TerminateCluster().plan(ctx.notification)
-        assert plan.outline() == ["delete-vim", "clear-write-back", "forget-inventory"]
+        assert plan.outline() == [
+            "confirm",
+            "load-params",
+            "delete-vim",
+            "clear-write-back",
+            "forget-inventory",
+        ]
         for step in plan.steps(ctx.results):
             with contextlib.suppress(SkipStep):
-                await step.run(ctx)
+                ctx.results[step.name] = await run_step(step, ctx)
         assert tacker.cleared == cleared
-    assert tacker.deleted_vims == [f"kubernetes_vim_{inst}"]
+    # The VIM of the name INSTANTIATE's parameters gave (the TERMINATE request has none).
+    assert tacker.deleted_vims == ["edge-vim"]
     assert inventory.forgotten == [inst, inst]
     assert tacker.write_backs == []
 
 
 async def test_registry_routes() -> None:
-    registry = default_registry(cluster_handlers=True)
+    registry = default_routing(cluster_handlers=True)
     routes = {(op, st): name for op, st, name in registry.routes()}
     assert routes[("INSTANTIATE", "COMPLETED")] == "cluster-instantiate"
     assert routes[("INSTANTIATE", "STARTING")] == "cluster-instantiate-validate"
     assert routes[("TERMINATE", "COMPLETED")] == "cluster-terminate"
     assert routes[(None, None)] == "log"
-    plain = default_registry()
+    plain = default_routing()
     assert ("INSTANTIATE", "COMPLETED") not in {(o, s) for o, s, _ in plain.routes()}
-    assert isinstance(plain, HandlerRegistry)
+    assert isinstance(plain, RoutingTable)
     assert MASTER_CP == "masterNode_CP1"

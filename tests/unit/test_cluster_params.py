@@ -7,11 +7,7 @@ from typing import Any
 
 import pytest
 
-from schemas.cluster_params import (
-    apply_credential_overrides,
-    parse_cluster_params,
-    parse_install_output,
-)
+from schemas.cluster_params import apply_credential_overrides, parse_cluster_params
 from subscriber.errors import ClusterParamsError
 
 # seeds/000 (v1 guide), simple_kubernetes_param_file.json
@@ -243,25 +239,3 @@ def test_credential_overrides_for_scale_and_heal() -> None:
     assert changed.api_version == "v1"
     with pytest.raises(ClusterParamsError, match="master_node_password"):
         apply_credential_overrides(params, {"master_node_password": ""})
-
-
-CA = "-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIU\n-----END CERTIFICATE-----\n"
-HEX = "a" * 64
-
-
-def test_parse_install_output() -> None:
-    text = (
-        "[install_k8s_cluster] phase report\n"
-        "token:abcdef.0123456789abcdef\nserver:https://10.77.0.2:6443\n"
-        f"{CA}ssl_ca_cert_hash:{HEX}\ncertificate_key:{'b' * 64}\n"
-    )
-    report = parse_install_output(text)
-    assert report.token.get_secret_value() == "abcdef.0123456789abcdef"
-    assert report.endpoint == "10.77.0.2:6443"
-    assert report.ssl_ca_cert == CA
-    assert "abcdef.0123" not in repr(report)
-    with pytest.raises(ValueError, match=r"no 'server:' line; .*; no CA certificate"):
-        parse_install_output("token:abcdef.0123456789abcdef\n")
-    with pytest.raises(ValueError, match="token is not a kubeadm bootstrap token") as info:
-        parse_install_output(text.replace("abcdef.0123456789abcdef", "SECRETVALUE"))
-    assert "SECRETVALUE" not in str(info.value)

@@ -7,9 +7,7 @@ import copy
 import io
 import json
 import zipfile
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,19 +20,25 @@ from handlers.scale import ScaleCluster
 from handlers.steps import configure_proxy, install_helm
 from handlers.toolkit import helm, kubeadm, proxy
 from handlers.toolkit.shell import NodeShell
-from handlers.toolkit.topology import Topology, discover
+from handlers.toolkit.topology import discover
 from schemas.cluster_params import parse_cluster_params
 from subscriber.config import ClusterSettings, TackerSettings
 from subscriber.errors import ClusterParamsError, PermanentStepError, SkipStep, TackerRejected
 from subscriber.kernel import JobContext, Services, Step
-from subscriber.kernel.ports import CommandResult, SshTarget
 from subscriber.tacker import TackerClient
 from tests.cluster_fakes import (
+    Call,
     FakeOpenStack,
+    FakeSsh,
     FakeTacker,
+    Reply,
     assert_only_new_nodes,
     cluster_vnf,
+    confirmed,
     k8s_params,
+    run_step,
+    topology,
+    vnf_package,
 )
 from tests.unit.test_cluster_handlers import ctx_for
 
@@ -57,84 +61,28 @@ def proxy_params(*, ha: bool = False, **extra: Any) -> dict[str, Any]:
     return data
 
 
-@dataclass
-class RecordingSsh:
-    """An SshExecutor that records everything and answers from a small script."""
+def node_ssh(*, fail_helm: bool = False) -> FakeSsh:
+    """Nodes without systemd whose Helm script succeeds (or fails) and leaves its marker."""
+    ssh = FakeSsh().on("systemctl try-restart", "no systemd: containerd not restarted")
 
-    answers: dict[str, CommandResult] = field(default_factory=dict)
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    files: dict[tuple[str, str], bytes] = field(default_factory=dict)
-    fail_helm: bool = False
+    def cat_marker(call: Call) -> Reply:
+        marker = ssh.files.get((call.host, helm.MARKER))
+        return Reply(marker.decode()) if marker else Reply(exit_status=1)
 
-    async def run(
-        self,
-        target: SshTarget,
-        command: str,
-        *,
-        command_timeout: float | None = None,
-        sudo: bool = False,
-        input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        secrets: Sequence[str] = (),
-    ) -> CommandResult:
-        self.calls.append(
-            {
-                "host": target.host,
-                "command": command,
-                "input": input,
-                "env": dict(env or {}),
-                "secrets": tuple(secrets),
-            }
+    def mark(call: Call) -> str:
+        ssh.files[(call.host, helm.MARKER)] = call.command.split()[-1].encode()
+        return ""
+
+    ssh.on(f"^cat {helm.MARKER}$", cat_marker).on(r"^sh -c .*helm-installed", mark)
+    if fail_helm:
+        ssh.fail(
+            "^bash /tmp/install_helm.sh",
+            3,
+            f"curl: (56) proxy {HTTP} refused: helm download failed",
         )
-        out, status, err = "", 0, ""
-        if command.startswith("bash -c") and "cmp -s" in command:
-            path = command.split()[-2]
-            key = (target.host, path)
-            text = input.encode() if isinstance(input, str) else (input or b"")
-            out = "unchanged" if self.files.get(key) == text else "changed"
-            self.files[key] = text
-        elif "systemctl try-restart" in command:
-            out = "no systemd: containerd not restarted"
-        elif command == f"cat {helm.MARKER}":
-            marker = self.files.get((target.host, helm.MARKER))
-            status, out = (0, marker.decode()) if marker else (1, "")
-        elif command.startswith("bash /tmp/install_helm.sh"):
-            if self.fail_helm:
-                status, err = 3, f"curl: (56) proxy {HTTP} refused: helm download failed"
-            else:
-                out = "helm installed"
-        elif "helm-installed" in command and command.startswith("sh -c"):
-            self.files[(target.host, helm.MARKER)] = command.split()[-1].encode()
-        return CommandResult(
-            host=target.host,
-            command=command,
-            exit_status=status,
-            stdout=out,
-            stderr=err,
-            duration=0.0,
-            secrets=tuple(secrets),
-        )
-
-    async def upload(
-        self,
-        target: SshTarget,
-        source: bytes | str | Path,
-        remote_path: str,
-        *,
-        mode: int = 0o644,
-        upload_timeout: float | None = None,
-    ) -> None:
-        data = source if isinstance(source, bytes) else Path(source).read_bytes()
-        self.files[(target.host, remote_path)] = data
-        self.calls.append({"host": target.host, "command": f"upload {remote_path}"})
-
-
-async def topology(data: dict[str, Any]) -> tuple[Topology, Any]:
-    tacker, openstack, inst, _ = cluster_vnf(
-        ["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data, instance_id=None
-    )
-    params = parse_cluster_params(data)
-    return await discover(tacker.instances[inst], params, openstack), params
+    else:
+        ssh.on("^bash /tmp/install_helm.sh", "helm installed")
+    return ssh
 
 
 def assert_no_secret(*things: Any) -> None:
@@ -196,31 +144,31 @@ async def test_proxy_files_quote_for_apt_and_systemd() -> None:
 
 async def test_proxy_apply_sends_urls_on_stdin_only_and_reruns_change_nothing() -> None:
     topo, params = await topology(proxy_params())
-    ssh = RecordingSsh()
+    ssh = node_ssh()
     shell = NodeShell(ssh, ClusterSettings(), params)
     node = topo.workers[0]
     first = await proxy.apply_proxy(shell, topo, node, step="configure-proxy")
     assert first.changed == (proxy.APT_CONF, proxy.CONTAINERD_DROPIN)
     assert not first.containerd_restarted and first.notes  # no systemd on the fake
-    writes = [c for c in ssh.calls if "cmp -s" in c["command"]]
+    writes = ssh.ran("cmp -s")
     assert len(writes) == 2
     for call in ssh.calls:
-        assert PASSWORD not in call["command"] and "proxy.example" not in call["command"]
-    apt, dropin = (c["input"] for c in writes)
+        assert PASSWORD not in call.command and "proxy.example" not in call.command
+    apt, dropin = (c.input for c in writes)
     assert HTTP in apt and HTTP.replace("%", "%%") in dropin
-    assert all(PASSWORD in c["secrets"] and HTTP in c["secrets"] for c in writes)
-    assert all(c["command"].split()[-1] == "600" for c in writes)  # credentials: mode 600
+    assert all(PASSWORD in c.secrets and HTTP in c.secrets for c in writes)
+    assert all(c.command.split()[-1] == "600" for c in writes)  # credentials: mode 600
     assert_no_secret(first.as_json())
 
     again = await proxy.apply_proxy(shell, topo, node, step="configure-proxy")
     assert again.changed == () and not again.containerd_restarted
-    restarts = [c for c in ssh.calls if "try-restart" in c["command"]]
+    restarts = ssh.ran("try-restart")
     assert len(restarts) == 1  # only after the first write
 
 
 async def test_proxy_reaches_the_install_script_environment_masked() -> None:
     topo, params = await topology(proxy_params())
-    shell = NodeShell(RecordingSsh(), ClusterSettings(), params)
+    shell = NodeShell(node_ssh(), ClusterSettings(), params)
     env = kubeadm.script_env(shell, topo, topo.workers[0])
     assert env["http_proxy"] == env["HTTP_PROXY"] == HTTP
     assert env["https_proxy"] == HTTPS
@@ -228,26 +176,26 @@ async def test_proxy_reaches_the_install_script_environment_masked() -> None:
     secrets = proxy.proxy_secrets(params)
     assert HTTP in secrets and PASSWORD in secrets and "S3cr@t-pw" in secrets
     # no proxy: nothing added
-    plain = NodeShell(RecordingSsh(), ClusterSettings(), parse_cluster_params(k8s_params()))
+    plain = NodeShell(node_ssh(), ClusterSettings(), parse_cluster_params(k8s_params()))
     assert "http_proxy" not in kubeadm.script_env(plain, topo, topo.workers[0])
 
 
 # ----------------------------------------------------------------- steps and plans
 
 
-def services_with(tacker: FakeTacker, openstack: FakeOpenStack, ssh: RecordingSsh) -> Services:
+def services_with(tacker: FakeTacker, openstack: FakeOpenStack, ssh: FakeSsh) -> Services:
     return Services(tacker=tacker, openstack=openstack, ssh=ssh)
 
 
 async def test_proxy_step_touches_every_node_on_instantiate_only_new_ones_later() -> None:
     data = proxy_params()
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data)
-    ssh = RecordingSsh()
+    ssh = node_ssh()
     ctx = ctx_for(inst, occ, services_with(tacker, openstack, ssh))
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
     ctx.results["discover"] = topo.as_json()
     step = configure_proxy(ClusterJob(ClusterSettings(), ctx.notification))
-    result = await step.run(ctx)
+    result = await run_step(step, ctx)
     assert sorted(result["nodes"]) == sorted(n.name for n in topo.nodes)
     assert_no_secret(result)
 
@@ -257,10 +205,10 @@ async def test_proxy_step_touches_every_node_on_instantiate_only_new_ones_later(
 
 async def test_proxy_step_skips_without_a_proxy() -> None:
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], [])
-    ctx = ctx_for(inst, occ, services_with(tacker, openstack, RecordingSsh()))
+    ctx = ctx_for(inst, occ, services_with(tacker, openstack, node_ssh()))
     job = ClusterJob(ClusterSettings(), ctx.notification)
     with pytest.raises(SkipStep, match="no proxy"):
-        await configure_proxy(job).run(ctx)
+        await run_step(configure_proxy(job), ctx)
 
 
 def test_proxy_and_helm_steps_in_the_plans() -> None:
@@ -284,35 +232,15 @@ def test_proxy_and_helm_steps_in_the_plans() -> None:
 # ----------------------------------------------------------------- helm
 
 
-def package(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return buf.getvalue()
-
-
-def test_helm_script_is_read_from_the_package_zip() -> None:
-    pkg = package({"TOSCA-Metadata/TOSCA.meta": b"x", HELM_PATH: HELM_SCRIPT})
-    assert helm.read_package_file(pkg, HELM_PATH) == HELM_SCRIPT
-    assert helm.read_package_file(pkg, "./" + HELM_PATH) == HELM_SCRIPT
-    with pytest.raises(PermanentStepError, match="is not in the VNF package"):
-        helm.read_package_file(pkg, "Scripts/missing.sh")
-    with pytest.raises(PermanentStepError, match="not a path inside"):
-        helm.read_package_file(pkg, "../etc/passwd")
-    with pytest.raises(PermanentStepError, match="not a zip"):
-        helm.read_package_file(b"not a zip", HELM_PATH)
-
-
-async def helm_ctx(ssh: RecordingSsh, *, masters: int = 1) -> tuple[JobContext, Step, FakeTacker]:
+async def helm_ctx(ssh: FakeSsh, *, masters: int = 1) -> tuple[JobContext, Step, FakeTacker]:
     data = proxy_params(ha=masters > 1, helm_installation_script_path=HELM_PATH)
     ips = [f"10.9.0.{2 + i}" for i in range(masters)]
     tacker, openstack, inst, occ = cluster_vnf(
         ips, ["10.9.0.9"], params=data, vip="10.9.0.100" if masters > 1 else None
     )
-    tacker.instances[inst]["vnfdId"] = "vnfd-1"
-    tacker.packages["vnfd-1"] = package({HELM_PATH: HELM_SCRIPT})
+    tacker.onboard(inst, {HELM_PATH: HELM_SCRIPT})
     ctx = ctx_for(inst, occ, services_with(tacker, openstack, ssh))
+    await confirmed(ctx)
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
     ctx.results["discover"] = topo.as_json()
     job = ClusterJob(ClusterSettings(script_env={"HELM_VERSION": "v3.14.4"}), ctx.notification)
@@ -320,30 +248,30 @@ async def helm_ctx(ssh: RecordingSsh, *, masters: int = 1) -> tuple[JobContext, 
 
 
 async def test_helm_runs_once_per_master_with_proxy_env_and_marker() -> None:
-    ssh = RecordingSsh()
+    ssh = node_ssh()
     ctx, step, _ = await helm_ctx(ssh, masters=3)
-    result = await step.run(ctx)
+    result = await run_step(step, ctx)
     assert sorted(result["ran"]) == ["master2", "master3", "master4"]
     assert result["sha256"] == helm.script_digest(HELM_SCRIPT)
-    runs = [c for c in ssh.calls if c["command"].startswith("bash /tmp/install_helm.sh")]
+    runs = ssh.ran("^bash /tmp/install_helm.sh")
     assert len(runs) == 3
-    assert all(c["env"]["KUBECONFIG"] == "/etc/kubernetes/admin.conf" for c in runs)
-    assert all(c["env"]["HELM_VERSION"] == "v3.14.4" for c in runs)  # cluster.script_env
-    assert all(c["env"]["http_proxy"] == HTTP and PASSWORD in c["secrets"] for c in runs)
+    assert all(c.env["KUBECONFIG"] == "/etc/kubernetes/admin.conf" for c in runs)
+    assert all(c.env["HELM_VERSION"] == "v3.14.4" for c in runs)  # cluster.script_env
+    assert all(c.env["http_proxy"] == HTTP and PASSWORD in c.secrets for c in runs)
     assert all(ssh.files[(h, helm.REMOTE_HELM_SCRIPT)] == HELM_SCRIPT for h in ("10.9.0.2",))
-    assert_no_secret(result, [c["command"] for c in ssh.calls])
+    assert_no_secret(result, [c.command for c in ssh.calls])
 
     # Again: every master's marker names this script.
     with pytest.raises(SkipStep, match="already ran on every master"):
-        await step.run(ctx)
-    assert len([c for c in ssh.calls if c["command"].startswith("bash /tmp/install_helm")]) == 3
+        await run_step(step, ctx)
+    assert len(ssh.ran("^bash /tmp/install_helm")) == 3
 
 
 async def test_helm_failure_fails_the_step_clearly_and_masked() -> None:
-    ssh = RecordingSsh(fail_helm=True)
+    ssh = node_ssh(fail_helm=True)
     ctx, step, _ = await helm_ctx(ssh)
     with pytest.raises(PermanentStepError) as info:
-        await step.run(ctx)
+        await run_step(step, ctx)
     message = str(info.value)
     assert f"the Helm installation script {HELM_PATH} failed on master2 (exit 3)" in message
     assert "helm download failed" in message
@@ -352,14 +280,14 @@ async def test_helm_failure_fails_the_step_clearly_and_masked() -> None:
 
 
 async def test_helm_script_missing_from_the_package_is_permanent() -> None:
-    ssh = RecordingSsh()
+    ssh = node_ssh()
     ctx, step, tacker = await helm_ctx(ssh)
-    tacker.packages["vnfd-1"] = package({"Scripts/other.sh": b""})
+    tacker.packages["vnfd-1"] = vnf_package({"Scripts/other.sh": b""})
     with pytest.raises(PermanentStepError, match="is not in the VNF package"):
-        await step.run(ctx)
+        await run_step(step, ctx)
     del tacker.packages["vnfd-1"]
     with pytest.raises(TackerRejected, match="no onboarded VNF package"):
-        await step.run(ctx)
+        await run_step(step, ctx)
 
 
 # ----------------------------------------------------------------- Tacker client
@@ -368,7 +296,7 @@ async def test_helm_script_missing_from_the_package_is_permanent() -> None:
 @pytest.fixture
 async def package_server() -> AsyncIterator[tuple[str, list[web.Request]]]:
     seen: list[web.Request] = []
-    pkg = package({HELM_PATH: HELM_SCRIPT})
+    pkg = vnf_package({HELM_PATH: HELM_SCRIPT})
 
     async def index(request: web.Request) -> web.Response:
         seen.append(request)
@@ -405,9 +333,11 @@ async def test_helm_package_content_from_the_vnfd_id(
     url, seen = package_server
     settings = TackerSettings(endpoint=url, retry_attempts=1, noauth_project_id="p" * 32)
     async with TackerClient(settings) as client:
-        data = await client.vnf_package_content("vnfd-1")
-        assert helm.read_package_file(data, HELM_PATH) == HELM_SCRIPT
+        spool = io.BytesIO()
+        await client.vnf_package("vnfd-1", spool)
+        with zipfile.ZipFile(spool) as archive:
+            assert archive.read(HELM_PATH) == HELM_SCRIPT
         with pytest.raises(TackerRejected, match="no onboarded VNF package with vnfdId nope"):
-            await client.vnf_package_content("nope")
+            await client.vnf_package("nope", io.BytesIO())
     assert seen[1].headers["Accept"] == "application/zip"
     assert "Version" not in seen[1].headers

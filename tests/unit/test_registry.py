@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import base64
 import copy
-import io
 import json
-import zipfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +17,12 @@ import pytest
 from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster
 from handlers.job import ClusterJob
-from handlers.registry_steps import configure_registry
 from handlers.scale import ScaleCluster
+from handlers.steps import configure_registry
 from handlers.toolkit import registry
 from handlers.toolkit.shell import NodeShell
-from handlers.toolkit.topology import Topology, discover
-from schemas.cluster_params import K8sClusterInstallationParams, parse_cluster_params
+from handlers.toolkit.topology import discover
+from schemas.cluster_params import parse_cluster_params
 from subscriber.config import ClusterSettings
 from subscriber.errors import (
     ClusterParamsError,
@@ -33,8 +31,17 @@ from subscriber.errors import (
     TransientStepError,
 )
 from subscriber.kernel import Services, Step
-from subscriber.kernel.ports import CommandResult, SshTarget
-from tests.cluster_fakes import assert_only_new_nodes, cluster_vnf, k8s_params
+from tests import REPO
+from tests.cluster_fakes import (
+    Call,
+    FakeSsh,
+    assert_only_new_nodes,
+    cluster_vnf,
+    confirmed,
+    k8s_params,
+    run_step,
+    topology,
+)
 from tests.unit.test_cluster_handlers import ctx_for
 
 PASSWORD = 'R3g"is\\try:pw'  # a quote, a backslash and a colon: curl's config quoting
@@ -60,81 +67,34 @@ def registry_params(**extra: Any) -> dict[str, Any]:
     return data
 
 
-def package(files: Mapping[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        archive.writestr("TOSCA-Metadata/TOSCA.meta", "TOSCA-Meta-File-Version: 1.0\n")
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return buf.getvalue()
+NO_CONFIG = "no /etc/containerd/config.toml: containerd's config_path not checked"
 
 
-@dataclass
-class RegistrySsh:
-    """An SshExecutor that keeps the files written and answers curl with ``codes``."""
+def registry_ssh(
+    *,
+    codes: Mapping[str, str] | None = None,
+    curl_exit: Mapping[str, tuple[int, str]] | None = None,
+    config_outcome: str = NO_CONFIG,
+) -> FakeSsh:
+    """Nodes without systemd whose ``/etc/hosts`` and containerd config are kept, and whose
+    curl answers HTTP ``codes`` (by host; 200 by default) or exits with ``curl_exit``."""
+    ssh = FakeSsh(uploads=False)  # the registry step's files go over stdin
 
-    codes: dict[str, str] = field(default_factory=dict)  # host -> HTTP code
-    curl_exit: dict[str, tuple[int, str]] = field(default_factory=dict)  # host -> (rc, stderr)
-    config_outcome: str = "no /etc/containerd/config.toml: containerd's config_path not checked"
-    files: dict[tuple[str, str], str] = field(default_factory=dict)
-    modes: dict[tuple[str, str], str] = field(default_factory=dict)
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    def hosts_block(call: Call) -> str:
+        key, data = (call.host, "/etc/hosts"), call.input.encode()
+        changed = ssh.files.get(key, b"") != data
+        ssh.files[key] = data
+        return "changed" if changed else "unchanged"
 
-    async def run(
-        self,
-        target: SshTarget,
-        command: str,
-        *,
-        command_timeout: float | None = None,
-        sudo: bool = False,
-        input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        secrets: Sequence[str] = (),
-    ) -> CommandResult:
-        text = input.decode() if isinstance(input, bytes) else (input or "")
-        self.calls.append(
-            {"host": target.host, "command": command, "input": text, "secrets": tuple(secrets)}
-        )
-        out, status, err = "", 0, ""
-        if "cmp -s" in command and command.split()[-3] == "write":
-            path, mode = command.split()[-2:]
-            key = (target.host, path.strip("'"))
-            same = self.files.get(key) == text and self.modes.get(key) == mode
-            out = "unchanged" if same else "changed"
-            self.files[key], self.modes[key] = text, mode
-        elif registry.HOSTS_BEGIN in command:
-            key = (target.host, "/etc/hosts")
-            out = "unchanged" if self.files.get(key, "") == text else "changed"
-            self.files[key] = text
-        elif "config_path" in command:
-            out = self.config_outcome
-        elif "try-restart" in command:
-            out = "no systemd: containerd not restarted"
-        elif command.startswith("curl "):
-            if target.host in self.curl_exit:
-                status, err = self.curl_exit[target.host]
-            else:
-                out = self.codes.get(target.host, "200")
-        return CommandResult(
-            host=target.host,
-            command=command,
-            exit_status=status,
-            stdout=out,
-            stderr=err,
-            duration=0.0,
-            secrets=tuple(secrets),
-        )
-
-    async def upload(self, target: SshTarget, source: Any, remote_path: str, **_: Any) -> None:
-        raise AssertionError("the registry step uploads nothing: files go over stdin")
-
-
-async def topology(data: dict[str, Any]) -> tuple[Topology, K8sClusterInstallationParams]:
-    tacker, openstack, inst, _ = cluster_vnf(
-        ["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data, instance_id=None
-    )
-    params = parse_cluster_params(data)
-    return await discover(tacker.instances[inst], params, openstack), params
+    ssh.on(re.escape(registry.HOSTS_BEGIN), hosts_block)
+    ssh.on(re.escape(f" config {registry.CONTAINERD_CONFIG} "), config_outcome)
+    ssh.on("try-restart", "no systemd: containerd not restarted")
+    ssh.on("^curl ", "200")
+    for host, code in (codes or {}).items():
+        ssh.on("^curl ", code, host=host)
+    for host, (status, err) in (curl_exit or {}).items():
+        ssh.fail("^curl ", status, err, host=host)
+    return ssh
 
 
 def assert_no_secret(*things: Any) -> None:
@@ -209,7 +169,7 @@ async def test_registry_files_for_https_with_a_ca_and_for_http() -> None:
 
 async def test_registry_apply_sends_secrets_on_stdin_only_and_reruns_change_nothing() -> None:
     topo, params = await topology(registry_params())
-    ssh = RegistrySsh()
+    ssh = registry_ssh()
     shell = NodeShell(ssh, ClusterSettings(), params)
     node = topo.workers[0]
     first = await registry.apply_registries(shell, topo, node, {SERVER: CA}, step="x")
@@ -223,17 +183,17 @@ async def test_registry_apply_sends_secrets_on_stdin_only_and_reruns_change_noth
     assert first.verified == {SERVER: "accepted", "10.9.0.51:5000": "reachable"}
     assert first.notes and "config_path not checked" in first.notes[0]
     host = node.ssh_ip
-    assert ssh.files[(host, registry.ca_path(SERVER))] == CA.decode()
+    assert ssh.files[(host, registry.ca_path(SERVER))] == CA
     assert ssh.modes[(host, registry.AUTH_CONFIG)] == "600"  # root only
     for call in ssh.calls:
-        assert PASSWORD not in call["command"] and "puller" not in call["command"]
-    curls = [c for c in ssh.calls if c["command"].startswith("curl ")]
+        assert PASSWORD not in call.command and "puller" not in call.command
+    curls = ssh.ran("^curl ")
     assert len(curls) == 2
-    assert f"--cacert /etc/containerd/certs.d/{SERVER}/ca.crt " in curls[0]["command"]
-    assert "-K -" in curls[0]["command"] and "--cacert" not in curls[1]["command"]
-    assert "puller:" in curls[0]["input"] and PASSWORD in curls[0]["secrets"]
-    auth_write = next(c for c in ssh.calls if registry.AUTH_CONFIG in c["command"])
-    assert PASSWORD in auth_write["secrets"]
+    assert f"--cacert /etc/containerd/certs.d/{SERVER}/ca.crt " in curls[0].command
+    assert "-K -" in curls[0].command and "--cacert" not in curls[1].command
+    assert "puller:" in curls[0].input and PASSWORD in curls[0].secrets
+    auth_write = next(c for c in ssh.calls if registry.AUTH_CONFIG in c.command)
+    assert PASSWORD in auth_write.secrets
     assert_no_secret(first.as_json())
 
     again = await registry.apply_registries(shell, topo, node, {SERVER: CA}, step="x")
@@ -242,12 +202,12 @@ async def test_registry_apply_sends_secrets_on_stdin_only_and_reruns_change_noth
 
 async def test_registry_config_path_is_set_and_containerd_restarted() -> None:
     topo, params = await topology(registry_params())
-    ssh = RegistrySsh(config_outcome="changed")
+    ssh = registry_ssh(config_outcome="changed")
     shell = NodeShell(ssh, ClusterSettings(), params)
     done = await registry.apply_registries(shell, topo, topo.main, {SERVER: CA})
     assert registry.CONTAINERD_CONFIG in done.changed
     assert not done.containerd_restarted and "no systemd" in done.notes[0]
-    assert any("try-restart containerd" in c["command"] for c in ssh.calls)
+    assert any("try-restart containerd" in c.command for c in ssh.calls)
 
 
 async def test_registry_login_verdicts_name_server_and_user_never_the_password() -> None:
@@ -266,7 +226,7 @@ async def test_registry_login_verdicts_name_server_and_user_never_the_password()
         ),
         ({}, {node.ssh_ip: (7, "curl: (7) Failed to connect")}, TransientStepError, "connect"),
     ):
-        shell = NodeShell(RegistrySsh(codes=codes, curl_exit=exits), ClusterSettings(), params)
+        shell = NodeShell(registry_ssh(codes=codes, curl_exit=exits), ClusterSettings(), params)
         with pytest.raises(error) as info:
             await registry.verify_login(shell, topo, node, https, with_ca=True, step="s")
         message = str(info.value)
@@ -274,7 +234,7 @@ async def test_registry_login_verdicts_name_server_and_user_never_the_password()
         assert PASSWORD not in message
     # no credentials: an answer of 401 still proves the registry is there
     http = params.private_registry_connection_info[1]
-    shell = NodeShell(RegistrySsh(codes={node.ssh_ip: "401"}), ClusterSettings(), params)
+    shell = NodeShell(registry_ssh(codes={node.ssh_ip: "401"}), ClusterSettings(), params)
     assert await registry.verify_login(shell, topo, node, http, with_ca=False) == "reachable"
 
 
@@ -284,18 +244,18 @@ async def test_registry_login_verdicts_name_server_and_user_never_the_password()
 async def test_registry_step_every_node_on_instantiate_only_new_ones_later() -> None:
     data = registry_params()
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data)
-    tacker.instances[inst]["vnfdId"] = "vnfd-registry"
-    tacker.packages["vnfd-registry"] = package({CA_PATH: CA})
-    ssh = RegistrySsh()
+    tacker.onboard(inst, {CA_PATH: CA})
+    ssh = registry_ssh()
     ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=ssh))
+    await confirmed(ctx)
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
     ctx.results["discover"] = topo.as_json()
     step = configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
-    result = await step.run(ctx)
+    result = await run_step(step, ctx)
     assert sorted(result["nodes"]) == sorted(n.name for n in topo.nodes)
     assert result["registries"] == [SERVER, "10.9.0.51:5000"]
     for node in topo.nodes:  # the package's CA on every node
-        assert ssh.files[(node.ssh_ip, registry.ca_path(SERVER))] == CA.decode()
+        assert ssh.files[(node.ssh_ip, registry.ca_path(SERVER))] == CA
     assert_no_secret(result)
 
     await assert_only_new_nodes(step, ctx, "worker4")
@@ -308,22 +268,22 @@ async def test_registry_step_refuses_a_missing_or_bad_certificate_and_skips_with
     ):
         data = registry_params()
         tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], [], params=data)
-        tacker.instances[inst]["vnfdId"] = "vnfd-registry"
-        tacker.packages["vnfd-registry"] = package(files)
-        ssh = RegistrySsh()
+        tacker.onboard(inst, files)
+        ssh = registry_ssh()
         ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=ssh))
+        await confirmed(ctx)
         topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
         ctx.results["discover"] = topo.as_json()
         step = configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
         with pytest.raises(PermanentStepError, match="private_registry_connection_info") as info:
-            await step.run(ctx)
+            await run_step(step, ctx)
         assert message in str(info.value)
         assert ssh.calls == []  # nothing written before the package was read
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], [], params=k8s_params())
-    ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=RegistrySsh()))
+    ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=registry_ssh()))
     step = configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
     with pytest.raises(SkipStep, match="no private_registry_connection_info"):
-        await step.run(ctx)
+        await run_step(step, ctx)
 
 
 @pytest.mark.parametrize("handler", [InstantiateCluster, ScaleCluster, HealCluster])
@@ -336,7 +296,7 @@ def test_registry_step_follows_the_joins_in_every_building_plan(handler: Any) ->
 
 
 def test_registry_module_paths_are_where_the_parameters_guide_says() -> None:
-    guide = (Path(__file__).parents[2] / "docs" / "guide" / "parameters.md").read_text()
+    guide = (REPO / "docs" / "guide" / "parameters.md").read_text()
     for path in (registry.AUTH_CONFIG, registry.CERTS_D):
         assert path in guide
 

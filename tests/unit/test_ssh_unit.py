@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import asyncssh
@@ -24,39 +23,7 @@ from subscriber.errors import (
 )
 from subscriber.kernel.ports import CommandResult, SshExecutor, SshTarget
 from subscriber.ssh import SshPool, _ssh_errors
-
-
-class FakeExecutor:
-    """What a handler's unit test injects: scripted results, recorded calls."""
-
-    def __init__(self, results: Mapping[str, CommandResult]) -> None:
-        self.results = results
-        self.calls: list[tuple[str, str]] = []
-
-    async def run(
-        self,
-        target: SshTarget,
-        command: str,
-        *,
-        command_timeout: float | None = None,
-        sudo: bool = False,
-        input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        secrets: Sequence[str] = (),
-    ) -> CommandResult:
-        self.calls.append((target.host, command))
-        return self.results[command]
-
-    async def upload(
-        self,
-        target: SshTarget,
-        source: bytes | str | Path,
-        remote_path: str,
-        *,
-        mode: int = 0o644,
-        upload_timeout: float | None = None,
-    ) -> None:
-        self.calls.append((target.host, f"upload {remote_path}"))
+from tests.cluster_fakes import FakeSsh
 
 
 def result(status: int, stdout: str = "", stderr: str = "", **kw: object) -> CommandResult:
@@ -72,13 +39,19 @@ def result(status: int, stdout: str = "", stderr: str = "", **kw: object) -> Com
 
 
 async def test_fake_executor_fits_the_protocol() -> None:
-    fake = FakeExecutor({"ok": result(0, "fine"), "bad": result(1, stderr="nope")})
+    fake = FakeSsh().on("^ok$", result(0, "fine")).on("^bad$", result(1, stderr="nope"))
     assert isinstance(fake, SshExecutor)
     target = SshTarget(host="10.0.0.1")
     assert (await fake.run(target, "ok")).check().stdout == "fine"
     with pytest.raises(CommandFailed, match="nope"):
         (await fake.run(target, "bad")).check(step="join")
-    assert fake.calls == [("10.0.0.1", "ok"), ("10.0.0.1", "bad")]
+    await fake.upload(target, b"data", "/tmp/x")
+    assert [(c.host, c.command) for c in fake.calls] == [
+        ("10.0.0.1", "ok"),
+        ("10.0.0.1", "bad"),
+        ("10.0.0.1", "upload /tmp/x"),
+    ]
+    assert fake.files == {("10.0.0.1", "/tmp/x"): b"data"}
 
 
 def test_check_masks_secrets_and_names_the_signal() -> None:
@@ -185,8 +158,13 @@ async def test_unstopped_pool_warns() -> None:
         gc.collect()
 
 
-def test_target_identity_ignores_secrets() -> None:
+def test_target_identity_includes_credentials_but_never_shows_them() -> None:
     a = SshTarget(host="h", username="u", password=SecretStr("x"))
     b = SshTarget(host="h", username="u", password=SecretStr("y"))
-    assert a == b and "x" not in repr(a)
+    assert a != b and "x" not in repr(a)
+    assert a == SshTarget(host="h", username="u", password=SecretStr("x"), origin="elsewhere")
+    assert a != SshTarget(host="h", username="u", password=SecretStr("x"), known_hosts="h k")
+    assert SshTarget(host="h", client_keys=(Path("/k1"),)) != SshTarget(
+        host="h", client_keys=(Path("/k2"),)
+    )
     assert a.describe() == "u@h:22"

@@ -1,21 +1,19 @@
 """The storage server steps: their commands, guards and results (in-memory SSH, Tacker,
-OpenStack). The node-side scripts themselves run for real in ``tests/test_storage_scripts.py``.
+OpenStack). The node-side scripts themselves run for real in ``tests/host/test_storage_scripts.py``.
 """
 
 from __future__ import annotations
 
 import copy
-import io
 import json
 import shlex
-import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from handlers import storage_steps
+from handlers import steps
 from handlers.drain import DrainLeaving
 from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster
@@ -26,8 +24,17 @@ from schemas.cluster_params import parse_cluster_params
 from subscriber.config import ClusterSettings
 from subscriber.errors import PermanentStepError, SkipStep
 from subscriber.kernel import JobContext, Services, Step
-from subscriber.kernel.ports import CommandResult, PortAddresses, SshTarget
-from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params, uid
+from subscriber.kernel.ports import PortAddresses
+from tests.cluster_fakes import (
+    Call,
+    FakeOpenStack,
+    FakeSsh,
+    FakeTacker,
+    cluster_vnf,
+    k8s_params,
+    run_step,
+    uid,
+)
 from tests.unit.test_cluster_handlers import ctx_for
 
 STORAGE_CP = "storage_server_CP"
@@ -73,95 +80,75 @@ def storage_params() -> dict[str, Any]:
     return data
 
 
-def package(files: Mapping[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(name, text)
-    return buf.getvalue()
-
-
 @dataclass
-class FakeNodes:
-    """An SshExecutor playing the storage server (its volume and exports) and a master's
-    kubectl on PersistentVolumes."""
+class StorageNodes:
+    """The storage server (its volume and exports) and a master's kubectl on
+    PersistentVolumes, played on a :class:`FakeSsh` (``ssh``)."""
 
     fs: str | None = None  # what blkid finds on the device
     mounted: bool = False
     pvs: dict[str, dict[str, Any]] = field(default_factory=dict)
     stuck: str | None = None  # a phase applied PVs stay in (never Available)
-    calls: list[dict[str, Any]] = field(default_factory=list)
     exports: dict[str, str] = field(default_factory=dict)
     client: dict[str, str] = field(default_factory=dict)
+    ssh: FakeSsh = field(default_factory=lambda: FakeSsh(uploads=False))
 
-    async def run(
-        self,
-        target: SshTarget,
-        command: str,
-        *,
-        command_timeout: float | None = None,
-        sudo: bool = False,
-        input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        secrets: Sequence[str] = (),
-    ) -> CommandResult:
-        self.calls.append(
-            {"host": target.host, "user": target.username, "command": command, "input": input}
-        )
-        out, status, err = "", 0, ""
-        if command.startswith("bash -c") and "blkid -p" in command:
-            if self.mounted:
-                out = "mounted-already"
-            elif self.fs:
-                out, self.mounted = f"mounted {self.fs}", True
-            else:
-                out, self.fs, self.mounted = "formatted+mounted", "ext4", True
-        elif command.startswith("bash -c") and "exportfs -ra" in command:
-            text = input if isinstance(input, str) else ""
-            changed = self.exports.get(target.host) != text
-            self.exports[target.host] = text
-            out = ("changed" if changed else "unchanged") + "\napplied"
-        elif command.startswith("bash -c") and "nfs-common" in command:
-            out = self.client.setdefault(target.host, "installed")
-            self.client[target.host] = "present"
-            assert path_free(command)
-        elif "get pv -o json" in command:
-            items = [
-                {
-                    "metadata": {"name": n},
-                    "spec": {
-                        "nfs": {"server": pv["server"]},
-                        **({"claimRef": pv["claim"]} if pv.get("claim") else {}),
-                    },
-                    "status": {"phase": pv["phase"]},
-                }
-                for n, pv in self.pvs.items()
-            ]
-            out = json.dumps({"items": items})
-        elif command.endswith("apply -f -"):
-            doc = json.loads(str(input))
-            name = doc["metadata"]["name"]
-            self.pvs[name] = {
-                "server": doc["spec"]["nfs"]["server"],
-                "phase": self.stuck or "Available",
-                "doc": doc,
+    def __post_init__(self) -> None:
+        self.ssh.on("get node", "node/master11")
+        self.ssh.on(" delete pv ", self._delete)
+        self.ssh.on("apply -f -$", self._apply)
+        self.ssh.on("get pv -o json", self._list_pvs)
+        self.ssh.on(r"^bash -c .*nfs-common", self._nfs_client)
+        self.ssh.on(r"^bash -c .*exportfs -ra", self._exports)
+        self.ssh.on(r"^bash -c .*blkid -p", self._volume)  # the latest rule is asked first
+
+    def _volume(self, call: Call) -> str:
+        if self.mounted:
+            return "mounted-already"
+        self.mounted = True
+        if self.fs:
+            return f"mounted {self.fs}"
+        self.fs = "ext4"
+        return "formatted+mounted"
+
+    def _exports(self, call: Call) -> str:
+        changed = self.exports.get(call.host) != call.input
+        self.exports[call.host] = call.input
+        return ("changed" if changed else "unchanged") + "\napplied"
+
+    def _nfs_client(self, call: Call) -> str:
+        assert path_free(call.command)
+        out = self.client.setdefault(call.host, "installed")
+        self.client[call.host] = "present"
+        return out
+
+    def _list_pvs(self, call: Call) -> str:
+        items = [
+            {
+                "metadata": {"name": n},
+                "spec": {
+                    "nfs": {"server": pv["server"]},
+                    **({"claimRef": pv["claim"]} if pv.get("claim") else {}),
+                },
+                "status": {"phase": pv["phase"]},
             }
-            out = f"persistentvolume/{name} created"
-        elif " delete pv " in command:
-            self.pvs.pop(shlex.split(command)[-3], None)
-        elif "get node" in command:
-            out = "node/master11"
-        return CommandResult(
-            host=target.host,
-            command=command,
-            exit_status=status,
-            stdout=out,
-            stderr=err,
-            duration=0.0,
-        )
+            for n, pv in self.pvs.items()
+        ]
+        return json.dumps({"items": items})
 
-    async def upload(self, *args: Any, **kwargs: Any) -> None:
-        raise AssertionError("no upload expected")
+    def _apply(self, call: Call) -> str:
+        doc = json.loads(call.input)
+        name = doc["metadata"]["name"]
+        self.pvs[name] = {
+            "server": doc["spec"]["nfs"]["server"],
+            "phase": self.stuck or "Available",
+            "doc": doc,
+        }
+        return f"persistentvolume/{name} created"
+
+    def _delete(self, call: Call) -> str:
+        self.pvs.pop(shlex.split(call.command)[-3], None)
+        return ""
 
 
 def path_free(command: str) -> bool:
@@ -185,12 +172,10 @@ def storage_vnf(
             "metadata": {"stack_id": stack},
         }
     )
-    tacker.instances[inst]["vnfdId"] = VNFD
     openstack.ports[(stack, STORAGE_CP)] = PortAddresses((STORAGE_IP,))
     openstack.volumes[(stack, "storage_server_volume")] = ("/dev/vdb",)
-    tacker.packages[VNFD] = package(
-        {"Files/kubernetes/nfs-pv1.yaml": PV1, "Files/kubernetes/nfs-pv2.yaml": PV2}
-    )
+    files = {"Files/kubernetes/nfs-pv1.yaml": PV1, "Files/kubernetes/nfs-pv2.yaml": PV2}
+    tacker.onboard(inst, files, VNFD)
     return tacker, openstack, inst, occ, server
 
 
@@ -200,7 +185,7 @@ SETTINGS = ClusterSettings(pv_available_timeout=0.5)
 async def run_steps(plan_steps: Sequence[Step], ctx: JobContext) -> dict[str, Any]:
     for step in plan_steps:
         try:
-            ctx.results[step.name] = await step.run(ctx)
+            ctx.results[step.name] = await run_step(step, ctx)
         except SkipStep as skip:
             ctx.results[step.name] = skip.result
     return ctx.results
@@ -218,26 +203,29 @@ class MemoryInventory:
 
 
 def job_and_ctx(
-    tacker: FakeTacker, openstack: FakeOpenStack, ssh: FakeNodes, inst: str, occ: str, **kw: Any
+    tacker: FakeTacker,
+    openstack: FakeOpenStack,
+    nodes: StorageNodes,
+    inst: str,
+    occ: str,
+    **kw: Any,
 ) -> tuple[ClusterJob, JobContext]:
     services = Services(
         tacker=tacker,
         openstack=openstack,
-        ssh=ssh,
+        ssh=nodes.ssh,
         inventory=MemoryInventory(),  # type: ignore[arg-type]
     )
     ctx = ctx_for(inst, occ, services, **kw)
     return ClusterJob(SETTINGS, ctx.notification), ctx
 
 
-async def prepared(**kw: Any) -> tuple[ClusterJob, JobContext, FakeNodes, FakeTacker, str]:
+async def prepared(**kw: Any) -> tuple[ClusterJob, JobContext, StorageNodes, FakeTacker, str]:
     tacker, openstack, inst, occ, server = storage_vnf()
-    ssh = FakeNodes(**kw)
-    job, ctx = job_and_ctx(tacker, openstack, ssh, inst, occ)
-    from handlers import steps
-
-    await run_steps([steps.load_params(job), steps.discover_nodes(job)], ctx)
-    return job, ctx, ssh, tacker, server
+    nodes = StorageNodes(**kw)
+    job, ctx = job_and_ctx(tacker, openstack, nodes, inst, occ)
+    await run_steps([steps.confirm(job), steps.load_params(job), steps.discover_nodes(job)], ctx)
+    return job, ctx, nodes, tacker, server
 
 
 def names(plan: Any) -> list[str]:
@@ -259,110 +247,109 @@ def test_the_plans_place_the_storage_steps() -> None:
     assert {"storage-server", "nfs-client", "register-pvs"} <= set(heal_plan)
     scale_plan = names(ScaleCluster(SETTINGS).plan(body))
     assert "nfs-client" in scale_plan and "register-pvs" not in scale_plan
-    drain = DrainLeaving(SETTINGS).plan(body).items[1]
-    expanded = [s.name for s in drain.expand({"servers": ["x"]})]  # type: ignore[union-attr]
-    assert expanded.index("release-pvs") < expanded.index("drain-leaving")
+    drain = names(DrainLeaving(SETTINGS).plan(body))
+    assert drain.index("select-leaving") < drain.index("release-pvs") < drain.index("drain-leaving")
 
 
 async def test_storage_server_formats_once_mounts_and_exports_with_its_own_login() -> None:
-    job, ctx, ssh, _, _ = await prepared()
-    step = storage_steps.storage_server(job)
-    first = await step.run(ctx)
+    job, ctx, nodes, _, _ = await prepared()
+    step = steps.storage_server(job)
+    first = await run_step(step, ctx)
     assert first["volumes"] == {"/volume": {"device": "/dev/vdb", "done": "formatted+mounted"}}
     assert first["exportsChanged"] is True
     assert first["server"]["nicIp"] == STORAGE_IP
-    mine = [c for c in ssh.calls if c["host"] == STORAGE_IP]
-    assert {c["user"] for c in mine} == {"ubuntu"}
-    volume = next(c for c in mine if "blkid -p" in c["command"])
-    assert shlex.split(volume["command"])[-2:] == ["/dev/vdb", "/volume"]
-    assert ssh.exports[STORAGE_IP].splitlines()[1:] == [
+    mine = [c for c in nodes.ssh.calls if c.host == STORAGE_IP]
+    assert {c.user for c in mine} == {"ubuntu"}
+    volume = next(c for c in mine if "blkid -p" in c.command)
+    assert shlex.split(volume.command)[-2:] == ["/dev/vdb", "/volume"]
+    assert nodes.exports[STORAGE_IP].splitlines()[1:] == [
         "/volume/nfs/pv1 10.9.0.0/24(rw,sync,no_subtree_check,insecure,all_squash)",
         "/volume/nfs/pv2 10.9.0.0/24(rw,sync,no_subtree_check,insecure,all_squash)",
     ]
-    exports = next(c for c in mine if "exportfs -ra" in c["command"])
-    assert shlex.split(exports["command"])[-3:] == [
+    exports = next(c for c in mine if "exportfs -ra" in c.command)
+    assert shlex.split(exports.command)[-3:] == [
         storage.EXPORTS_FILE,
         "/volume/nfs/pv1",
         "/volume/nfs/pv2",
     ]
-    assert all(STORAGE_PW not in c["command"] for c in ssh.calls)
+    assert all(STORAGE_PW not in c.command for c in nodes.ssh.calls)
     # A rerun changes nothing: mounted already, the same exports.
-    again = await step.run(ctx)
+    again = await run_step(step, ctx)
     assert again["volumes"]["/volume"]["done"] == "mounted-already"
     assert again["exportsChanged"] is False
     assert STORAGE_PW not in json.dumps([first, again])
 
 
 async def test_an_unattached_volume_fails_the_step_clearly() -> None:
-    job, ctx, ssh, _, _ = await prepared()
+    job, ctx, nodes, _, _ = await prepared()
     openstack = ctx.services.need_openstack()
     assert isinstance(openstack, FakeOpenStack)
     for key in list(openstack.volumes):
         openstack.volumes[key] = ()
     with pytest.raises(PermanentStepError, match=r"storage_server_volume .* not attached"):
-        await storage_steps.storage_server(job).run(ctx)
-    assert not any("blkid" in c["command"] for c in ssh.calls)
+        await run_step(steps.storage_server(job), ctx)
+    assert not any("blkid" in c.command for c in nodes.ssh.calls)
 
 
 async def test_nfs_client_on_every_node_then_only_on_new_ones() -> None:
     job, ctx, _, _, _ = await prepared()
-    done = await storage_steps.nfs_client(job).run(ctx)
+    done = await run_step(steps.nfs_client(job), ctx)
     assert done == {"nodes": {"master11": "installed", "worker21": "installed"}}
     ctx.results["discover"]["changes"] = {"added": ["worker21"], "replaced": [], "departed": []}
-    again = await storage_steps.nfs_client(job).run(ctx)
+    again = await run_step(steps.nfs_client(job), ctx)
     assert again == {"nodes": {"worker21": "present"}}
 
 
 async def test_register_pvs_sets_the_server_waits_for_available_and_is_idempotent() -> None:
-    job, ctx, ssh, _, _ = await prepared()
-    done = await storage_steps.register_pvs(job).run(ctx)
+    job, ctx, nodes, _, _ = await prepared()
+    done = await run_step(steps.register_pvs(job), ctx)
     assert done["pvs"] == {"nfs-pv1": "registered", "nfs-pv2": "registered"}
-    assert {pv["server"] for pv in ssh.pvs.values()} == {STORAGE_IP}
-    assert ssh.pvs["nfs-pv1"]["doc"]["spec"]["nfs"]["path"] == "/volume/nfs/pv1"
-    applies = [c for c in ssh.calls if c["command"].endswith("apply -f -")]
-    assert len(applies) == 2 and all(c["host"] == "10.9.0.11" for c in applies)
-    again = await storage_steps.register_pvs(job).run(ctx)
+    assert {pv["server"] for pv in nodes.pvs.values()} == {STORAGE_IP}
+    assert nodes.pvs["nfs-pv1"]["doc"]["spec"]["nfs"]["path"] == "/volume/nfs/pv1"
+    applies = nodes.ssh.ran("apply -f -$")
+    assert len(applies) == 2 and all(c.host == "10.9.0.11" for c in applies)
+    again = await run_step(steps.register_pvs(job), ctx)
     assert again["pvs"] == {"nfs-pv1": "already Available", "nfs-pv2": "already Available"}
-    assert len([c for c in ssh.calls if c["command"].endswith("apply -f -")]) == 2
+    assert len(nodes.ssh.ran("apply -f -$")) == 2
 
 
 async def test_a_pv_that_never_gets_available_is_removed_and_fails_the_step() -> None:
-    job, ctx, ssh, _, _ = await prepared(stuck="Pending")
+    job, ctx, nodes, _, _ = await prepared(stuck="Pending")
     with pytest.raises(PermanentStepError, match=r"nfs-pv1 .* is Pending, not Available"):
-        await storage_steps.register_pvs(job).run(ctx)
-    assert ssh.pvs == {}
+        await run_step(steps.register_pvs(job), ctx)
+    assert nodes.pvs == {}
 
 
 async def test_release_pvs_refuses_while_bound_and_deletes_when_free() -> None:
-    job, ctx, ssh, _, server = await prepared()
-    await storage_steps.register_pvs(job).run(ctx)
-    release = storage_steps.release_pvs(job, "drain-request", "select-leaving")
+    job, ctx, nodes, _, server = await prepared()
+    await run_step(steps.register_pvs(job), ctx)
+    release = steps.release_pvs(job)
     ctx.results["drain-request"] = {"servers": ["some-worker-server"]}
     ctx.results["select-leaving"] = {"nodes": [], "unknown": []}
     with pytest.raises(SkipStep, match="not leaving"):
-        await release.run(ctx)
+        await run_step(release, ctx)
     ctx.results["drain-request"] = {"servers": [server]}
-    ssh.pvs["nfs-pv2"].update(phase="Bound", claim={"namespace": "default", "name": "data"})
+    nodes.pvs["nfs-pv2"].update(phase="Bound", claim={"namespace": "default", "name": "data"})
     with pytest.raises(PermanentStepError, match=r"nfs-pv2 \(claimed by default/data\) Bound"):
-        await release.run(ctx)
-    assert set(ssh.pvs) == {"nfs-pv1", "nfs-pv2"}
-    ssh.pvs["nfs-pv2"].update(phase="Released", claim=None)
-    done = await release.run(ctx)
-    assert done["deleted"] == ["nfs-pv1", "nfs-pv2"] and ssh.pvs == {}
+        await run_step(release, ctx)
+    assert set(nodes.pvs) == {"nfs-pv1", "nfs-pv2"}
+    nodes.pvs["nfs-pv2"].update(phase="Released", claim=None)
+    done = await run_step(release, ctx)
+    assert done["deleted"] == ["nfs-pv1", "nfs-pv2"] and nodes.pvs == {}
 
 
 async def test_without_storage_server_every_storage_step_is_skipped() -> None:
     tacker, openstack, inst, occ = cluster_vnf(["10.9.0.11"], ["10.9.0.21"])
-    ssh = FakeNodes()
-    job, ctx = job_and_ctx(tacker, openstack, ssh, inst, occ)
+    nodes = StorageNodes()
+    job, ctx = job_and_ctx(tacker, openstack, nodes, inst, occ)
     for step in (
-        storage_steps.storage_server(job),
-        storage_steps.nfs_client(job),
-        storage_steps.register_pvs(job),
+        steps.storage_server(job),
+        steps.nfs_client(job),
+        steps.register_pvs(job),
     ):
         with pytest.raises(SkipStep, match="no storage_server"):
-            await step.run(ctx)
-    assert ssh.calls == []
+            await run_step(step, ctx)
+    assert nodes.ssh.calls == []
 
 
 def test_read_manifest_sets_the_server_and_refuses_what_is_not_an_nfs_pv() -> None:
@@ -378,10 +365,6 @@ def test_read_manifest_sets_the_server_and_refuses_what_is_not_an_nfs_pv() -> No
     ]:
         with pytest.raises(PermanentStepError, match=why):
             storage.read_manifest(bad, "Files/bad.yaml", "10.1.2.3", step="s")
-    with pytest.raises(PermanentStepError, match="not in the VNF package"):
-        storage.read_package_file(
-            package({}), "Files/x.yaml", what="pv_manifest_file_path", step=None
-        )
 
 
 def test_v2_takes_storage_server_and_pv_registration_params() -> None:

@@ -4,18 +4,18 @@ retry/backoff classification, write-back shape and echo intents, VIM registratio
 from __future__ import annotations
 
 import ast
-import json
 import uuid
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from schemas import parse_notification_data
-from subscriber.config import DatabaseSettings, TackerSettings
+from subscriber.config import TackerSettings
 from subscriber.errors import (
     TackerAuthError,
     TackerConflict,
@@ -24,11 +24,16 @@ from subscriber.errors import (
     TackerUnavailable,
 )
 from subscriber.kernel.ports import KubernetesAccess
+from subscriber.metrics import Metrics
+from subscriber.service import Service
 from subscriber.store import Store
 from subscriber.tacker import EchoFilter, TackerClient
 from subscriber.tacker.echo import is_own_patch
 from subscriber.tacker.reconciler import implied_states, notification_status, synthesise
+from tests import REPO
+from tests.conftest import make_settings, scrape
 from tests.factories import op_occ
+from tests.unit.scripted_tacker import ScriptedTacker
 
 TOKEN = "k8s-bearer-" + uuid.uuid4().hex
 ACCESS = KubernetesAccess(
@@ -38,58 +43,6 @@ ACCESS = KubernetesAccess(
 )
 
 Route = Callable[[web.Request], Any]
-
-
-class FakeTacker:
-    """Answers each (method, path) from a script of statuses; records every request."""
-
-    def __init__(self) -> None:
-        self.script: dict[tuple[str, str], list[Any]] = {}
-        self.seen: list[tuple[str, str, dict[str, str], Any]] = []
-        self.app = web.Application()
-        self.app.router.add_route("*", "/{tail:.*}", self._handle)
-        self.runner: web.AppRunner | None = None
-        self.url = ""
-
-    def on(self, method: str, path: str, *answers: Any) -> None:
-        """Each answer: a status (empty body), (status, json), or (status, json, headers)."""
-        self.script[(method, path)] = list(answers)
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        body = json.loads(raw) if raw else None
-        self.seen.append((request.method, request.path, dict(request.headers), body))
-        answers = self.script.get((request.method, request.path))
-        if not answers:
-            return web.json_response({"status": 404, "detail": "not scripted"}, status=404)
-        answer = answers.pop(0) if len(answers) > 1 else answers[0]
-        if isinstance(answer, int):
-            answer = (answer, None)
-        status, data, *rest = answer
-        headers = rest[0] if rest else {}
-        if data is None:
-            return web.Response(status=status, headers=headers)
-        return web.json_response(data, status=status, headers=headers)
-
-    async def start(self) -> None:
-        self.runner = web.AppRunner(self.app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
-
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeTacker]:
-    server = FakeTacker()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def settings(url: str, **kw: Any) -> TackerSettings:
@@ -105,27 +58,32 @@ def settings(url: str, **kw: Any) -> TackerSettings:
     return TackerSettings(**{**base, **kw})
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with Store(DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")) as s:
-        yield s
-
-
 INST = "/vnflcm/v2/vnf_instances/inst-1"
 
 
-async def test_409_then_503_then_success_is_retried(fake: FakeTacker) -> None:
+def retries(text: str) -> dict[str, float]:
+    """``lccn_tacker_retries_total`` by status, from the exposition ``text``."""
+    return {
+        sample.labels["status"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "lccn_tacker_retries_total"
+    }
+
+
+async def test_409_then_503_then_success_is_retried(fake: ScriptedTacker) -> None:
     fake.on("GET", INST, 409, 503, 502, (200, {"id": "inst-1"}))
-    async with TackerClient(settings(fake.url)) as client:
+    metrics = Metrics()
+    async with TackerClient(settings(fake.url), on_retry=metrics.tacker_retried) as client:
         assert await client.get_vnf_instance("inst-1") == {"id": "inst-1"}
-        assert client.retried == {409: 1, 503: 1, 502: 1}
+    assert retries(metrics.render().decode()) == {"409": 1, "503": 1, "502": 1}
     # Every call carries Version and the noauth context.
     _, _, headers, _ = fake.seen[-1]
     assert headers["Version"] == "2.0.0"
     assert headers["X-Project-Id"] == "p" * 32 and headers["X-Roles"] == "admin"
 
 
-async def test_409_past_the_bound_is_transient(fake: FakeTacker) -> None:
+async def test_409_past_the_bound_is_transient(fake: ScriptedTacker) -> None:
     detail = {"status": 409, "detail": "Other LCM operation of vnfInstance inst-1 is in progress."}
     fake.on("PATCH", INST, (409, detail))
     async with TackerClient(settings(fake.url)) as client:
@@ -136,7 +94,20 @@ async def test_409_past_the_bound_is_transient(fake: FakeTacker) -> None:
     assert len(fake.seen) == 4
 
 
-async def test_5xx_past_the_bound_is_transient(fake: FakeTacker) -> None:
+async def test_the_service_counts_tacker_retries_on_metrics(
+    fake: ScriptedTacker, db_url: str, http: aiohttp.ClientSession
+) -> None:
+    """What an operator sees of a busy or failing Tacker: retries by status on /metrics."""
+    fake.on("GET", INST, 409, 409, 503, (200, {"id": "inst-1"}))
+    config = make_settings(db_url, update={"tacker": settings(fake.url)})
+    async with Service(config) as svc:
+        assert svc.tacker is not None
+        assert retries(await scrape(http, svc)) == {}
+        await svc.tacker.get_vnf_instance("inst-1")
+        assert retries(await scrape(http, svc)) == {"409": 2, "503": 1}
+
+
+async def test_5xx_past_the_bound_is_transient(fake: ScriptedTacker) -> None:
     fake.on("GET", INST, 503)
     async with TackerClient(settings(fake.url, retry_attempts=2)) as client:
         with pytest.raises(TackerUnavailable) as info:
@@ -144,7 +115,7 @@ async def test_5xx_past_the_bound_is_transient(fake: FakeTacker) -> None:
     assert info.value.retriable and info.value.status == 503
 
 
-async def test_4xx_is_permanent_with_problem_detail_and_no_retry(fake: FakeTacker) -> None:
+async def test_4xx_is_permanent_with_problem_detail_and_no_retry(fake: ScriptedTacker) -> None:
     detail = {"status": 400, "title": "Bad Request", "detail": f"bad vimConnectionInfo {TOKEN}"}
     fake.on("PATCH", INST, (400, detail))
     async with TackerClient(settings(fake.url)) as client:
@@ -164,7 +135,7 @@ async def test_unreachable_is_transient() -> None:
     assert info.value.retriable and info.value.status is None
 
 
-async def test_401_refreshes_the_token_once(fake: FakeTacker) -> None:
+async def test_401_refreshes_the_token_once(fake: ScriptedTacker) -> None:
     class CountingAuth:
         def __init__(self) -> None:
             self.invalidated = 0
@@ -195,7 +166,7 @@ async def test_401_refreshes_the_token_once(fake: FakeTacker) -> None:
 
 
 async def test_write_back_v2_sends_the_complete_entry_and_records_the_echo(
-    fake: FakeTacker, store: Store
+    fake: ScriptedTacker, store: Store
 ) -> None:
     occ = f"occ-{uuid.uuid4().hex[:8]}"
     loc = {"Location": f"{fake.url}/vnflcm/v2/vnf_lcm_op_occs/{occ}"}
@@ -224,7 +195,7 @@ async def test_write_back_v2_sends_the_complete_entry_and_records_the_echo(
     assert await store.tacker.open_intents("inst-1", 0) == 0
 
 
-async def test_write_back_v1_uses_the_list_form(fake: FakeTacker, store: Store) -> None:
+async def test_write_back_v1_uses_the_list_form(fake: ScriptedTacker, store: Store) -> None:
     occ = "occ-v1"
     fake.on(
         "PATCH",
@@ -243,7 +214,7 @@ async def test_write_back_v1_uses_the_list_form(fake: FakeTacker, store: Store) 
     assert cleared == {"id": entry["id"], "interfaceInfo": {}, "accessInfo": {}}
 
 
-async def test_write_back_refused_or_failed(fake: FakeTacker, store: Store) -> None:
+async def test_write_back_refused_or_failed(fake: ScriptedTacker, store: Store) -> None:
     fake.on("PATCH", INST, (400, {"status": 400, "detail": "NOT_INSTANTIATED"}))
     async with TackerClient(settings(fake.url), echo=store.tacker) as client:
         with pytest.raises(TackerRejected, match="NOT_INSTANTIATED"):
@@ -266,7 +237,7 @@ async def test_write_back_refused_or_failed(fake: FakeTacker, store: Store) -> N
 class MemoryEchoRecorder:
     """An in-memory EchoRecorder and EchoLedger that notes when each call came."""
 
-    def __init__(self, fake: FakeTacker) -> None:
+    def __init__(self, fake: ScriptedTacker) -> None:
         self.fake = fake
         self.calls: list[tuple[str, Any, ...]] = []
         self.intents: dict[int, tuple[str, str | None]] = {}
@@ -302,7 +273,7 @@ class MemoryEchoRecorder:
 
 
 async def test_write_back_notes_the_echo_through_its_port_before_the_patch(
-    fake: FakeTacker,
+    fake: ScriptedTacker,
 ) -> None:
     recorder = MemoryEchoRecorder(fake)
     occ = f"occ-{uuid.uuid4().hex[:8]}"
@@ -320,7 +291,7 @@ async def test_write_back_notes_the_echo_through_its_port_before_the_patch(
 
 
 async def test_echo_filter_reads_its_ledger_port_and_checks_open_notes_with_tacker(
-    fake: FakeTacker,
+    fake: ScriptedTacker,
 ) -> None:
     ledger = MemoryEchoRecorder(fake)
     inst, occ = f"inst-{uuid.uuid4().hex[:8]}", f"occ-{uuid.uuid4().hex[:8]}"
@@ -341,7 +312,7 @@ async def test_echo_filter_reads_its_ledger_port_and_checks_open_notes_with_tack
 
 
 def test_the_client_and_the_echo_filter_do_not_import_the_store() -> None:
-    package = Path(__file__).resolve().parents[2] / "subscriber" / "tacker"
+    package = REPO / "subscriber" / "tacker"
     for name in ("client.py", "echo.py", "ports.py"):
         tree = ast.parse((package / name).read_text())
         imported = {
@@ -355,7 +326,7 @@ def test_the_client_and_the_echo_filter_do_not_import_the_store() -> None:
         assert not {m for m in imported if m.startswith("subscriber.store")}, name
 
 
-async def test_vim_registration_follows_the_v1_0_exchange(fake: FakeTacker) -> None:
+async def test_vim_registration_follows_the_v1_0_exchange(fake: ScriptedTacker) -> None:
     """Recorded from TACKER.md §5: the real bed has no Barbican, so it refuses to store VIM
     secrets (and would try to reach the cluster); this fake answers as Tacker does."""
     vim_id = str(uuid.uuid4())
@@ -377,7 +348,16 @@ async def test_vim_registration_follows_the_v1_0_exchange(fake: FakeTacker) -> N
             "/v1.0/vims",
             (
                 200,
-                {"vims": [{"id": vim_id, "name": "kubernetes_vim_x", "auth_url": ACCESS.endpoint}]},
+                {
+                    "vims": [
+                        {
+                            "id": vim_id,
+                            "name": "kubernetes_vim_x",
+                            "auth_url": ACCESS.endpoint,
+                            "description": vim["description"],  # what marks it ours
+                        }
+                    ]
+                },
             ),
         )
         assert await client.register_vim("kubernetes_vim_x", ACCESS) == vim_id

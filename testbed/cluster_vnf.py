@@ -1,0 +1,348 @@
+"""An in-memory Tacker and OpenStack serving one cluster VNF (the handlers' ports' seams).
+
+:class:`FakeTacker` serves a VNF instance and its op-occs the way Tacker v2
+shows them and records every write; :class:`FakeOpenStack` answers Heat port
+and Nova host lookups for that instance. :func:`cluster_vnf` builds both for a
+cluster whose VNFC "VMs" are given addresses (the SSH test hosts' in the
+``ssh`` tier, and in ``bench/scale_join.py``); :func:`add_worker`,
+:func:`remove_vnfc` and :func:`rebuild_vnfc` change it as SCALE and HEAL do.
+The tests take these through ``tests/cluster_fakes.py``.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from subscriber.errors import OpenStackNotFound, TackerRejected
+from subscriber.kernel.ports import (
+    KubernetesAccess,
+    PortAddresses,
+    ServerPlacement,
+)
+
+MASTER_CP = "masterNode_CP1"
+WORKER_CP = "workerNode_CP2"
+VIP_CP = "vip_CP"
+
+
+LIST_EXCLUDED = frozenset(
+    {"operationParams", "error", "resourceChanges", "changedInfo", "changedExtConnectivity"}
+)
+
+
+def uid() -> str:
+    return str(uuid.uuid4())
+
+
+def vnf_package(files: Mapping[str, str | bytes]) -> bytes:
+    """A VNF package (CSAR) zip holding ``files``, with a TOSCA.meta unless they give one."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        if "TOSCA-Metadata/TOSCA.meta" not in files:
+            archive.writestr("TOSCA-Metadata/TOSCA.meta", "TOSCA-Meta-File-Version: 1.0\n")
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+@dataclass
+class FakeTacker:
+    instances: dict[str, dict[str, Any]] = field(default_factory=dict)
+    op_occs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    register_vims: bool = False
+    write_backs: list[tuple[str, KubernetesAccess, str]] = field(default_factory=list)
+    cleared: list[tuple[str, str]] = field(default_factory=list)
+    vims: dict[str, str] = field(default_factory=dict)
+    deleted_vims: list[str] = field(default_factory=list)
+    gets: int = 0
+    packages: dict[str, bytes] = field(default_factory=dict)  # vnfdId -> package zip
+
+    async def get_vnf_instance(self, vnf_instance_id: str) -> dict[str, Any]:
+        self.gets += 1
+        if vnf_instance_id not in self.instances:
+            raise TackerRejected(f"GET vnf_instances/{vnf_instance_id}: 404", status=404)
+        return self.instances[vnf_instance_id]
+
+    async def get_op_occ(self, op_occ_id: str) -> dict[str, Any]:
+        self.gets += 1
+        if op_occ_id not in self.op_occs:
+            raise TackerRejected(f"GET vnf_lcm_op_occs/{op_occ_id}: 404", status=404)
+        return self.op_occs[op_occ_id]
+
+    async def list_op_occs(self, filter: str | None = None) -> list[dict[str, Any]]:
+        """Only the filter the handlers use: ``(eq,vnfInstanceId,X);(eq,operation,Y)``.
+
+        As Tacker (SOL013 ``exclude_default``), a list leaves out ``operationParams``,
+        ``error``, ``resourceChanges``, ``changedInfo`` and ``changedExtConnectivity``.
+        """
+        self.gets += 1
+        wanted = dict(part.strip("()").split(",")[1:] for part in (filter or "").split(";") if part)
+        return [
+            {k: v for k, v in o.items() if k not in LIST_EXCLUDED}
+            for o in self.op_occs.values()
+            if all(o.get(k) == v for k, v in wanted.items())
+        ]
+
+    async def write_back(
+        self, vnf_instance_id: str, access: KubernetesAccess, *, api: str = "v2"
+    ) -> str:
+        self.write_backs.append((vnf_instance_id, access, api))
+        entry = {
+            "vimId": access.vim_id or uid(),
+            "vimType": "ETSINFV.KUBERNETES.V_1",
+            "interfaceInfo": {"endpoint": access.endpoint},
+        }
+        self.instances[vnf_instance_id].setdefault("vimConnectionInfo", {})["lccn-k8s"] = entry
+        return uid()
+
+    async def clear_write_back(self, vnf_instance_id: str, *, api: str = "v1") -> None:
+        self.cleared.append((vnf_instance_id, api))
+
+    async def register_vim(
+        self, name: str, access: KubernetesAccess, *, owner: str | None = None
+    ) -> str | None:
+        if not self.register_vims:
+            return None
+        return self.vims.setdefault(name, uid())
+
+    def onboard(
+        self, instance_id: str, files: Mapping[str, str | bytes], vnfd_id: str = "vnfd-1"
+    ) -> str:
+        """Give the instance an onboarded VNF package holding ``files``; its vnfdId."""
+        self.instances[instance_id]["vnfdId"] = vnfd_id
+        self.packages[vnfd_id] = vnf_package(files)
+        return vnfd_id
+
+    async def vnf_package(self, vnfd_id: str, into: IO[bytes]) -> None:
+        self.gets += 1
+        if vnfd_id not in self.packages:
+            raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
+        into.write(self.packages[vnfd_id])
+
+    async def delete_vim(self, name: str, *, owner: str | None = None) -> bool:
+        if name not in self.vims:
+            return False
+        del self.vims[name]
+        self.deleted_vims.append(name)
+        return True
+
+
+@dataclass
+class FakeOpenStack:
+    ports: dict[tuple[str, str], PortAddresses] = field(default_factory=dict)
+    hosts: dict[str, str] = field(default_factory=dict)
+    zones: dict[str, str] = field(default_factory=dict)
+    anti_affinity: set[str] = field(default_factory=set)  # server ids in such a group
+    volumes: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    async def port_addresses(self, stack_id: str, cp_name: str) -> PortAddresses:
+        self.calls.append((stack_id, cp_name))
+        try:
+            return self.ports[(stack_id, cp_name)]
+        except KeyError:
+            raise OpenStackNotFound(f"Heat resource {cp_name} of stack {stack_id}: 404") from None
+
+    async def server_host(self, server_id: str) -> str | None:
+        self.calls.append(("server", server_id))
+        return self.hosts.get(server_id)
+
+    async def server_placement(self, server_id: str) -> ServerPlacement:
+        self.calls.append(("placement", server_id))
+        return ServerPlacement(
+            host=self.hosts.get(server_id),
+            availability_zone=self.zones.get(server_id, "nova"),
+            anti_affinity=server_id in self.anti_affinity,
+        )
+
+    async def volume_devices(self, stack_id: str, volume_name: str) -> tuple[str, ...]:
+        self.calls.append((stack_id, volume_name))
+        try:
+            return self.volumes[(stack_id, volume_name)]
+        except KeyError:
+            what = f"Heat resource {volume_name} of stack {stack_id}"
+            raise OpenStackNotFound(f"{what}: 404") from None
+
+
+def k8s_params(
+    *,
+    master_user: str = "root",
+    worker_user: str = "root",
+    key: str | None = None,
+    password: str | None = None,
+    ha: bool = False,
+    cluster_fip_name: str | None = None,
+) -> dict[str, Any]:
+    """additionalParams in the v2 guide's shape (plus our key field)."""
+
+    def login(user: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"username": user}
+        if password is not None and user != "root":
+            out["password"] = password
+        else:
+            out["ssh_private_key_path"] = key or "/nonexistent/key"
+        return out
+
+    master: dict[str, Any] = {
+        "vdu_id": "masterNode",
+        "ssh_cp_name": MASTER_CP,
+        "nic_cp_name": MASTER_CP,
+        "cluster_cp_name": VIP_CP if ha else MASTER_CP,
+        "pod_cidr": "10.200.0.0/16",
+        "cluster_cidr": "10.199.187.0/24",
+        **login(master_user),
+    }
+    if cluster_fip_name:
+        master["cluster_fip_name"] = cluster_fip_name
+    return {
+        "k8s_cluster_installation_param": {
+            "script_path": "Scripts/install_k8s_cluster.sh",
+            "master_node": master,
+            "worker_node": {
+                "vdu_id": "workerNode",
+                "ssh_cp_name": WORKER_CP,
+                "nic_cp_name": WORKER_CP,
+                **login(worker_user),
+            },
+        }
+    }
+
+
+def cluster_vnf(
+    masters: list[str],
+    workers: list[str],
+    *,
+    vip: str | None = None,
+    params: dict[str, Any] | None = None,
+    floating: dict[str, str] | None = None,
+    instance_id: str | None = None,
+) -> tuple[FakeTacker, FakeOpenStack, str, str]:
+    """A v2 instance with those VNFC addresses; returns (tacker, openstack, instance, op-occ)."""
+    instance_id = instance_id or uid()
+    occ_id = uid()
+    top = uid()
+    tacker, openstack = FakeTacker(), FakeOpenStack()
+    vnfcs: list[dict[str, Any]] = []
+    for index, (vdu, cp, ip) in enumerate(
+        [("masterNode", MASTER_CP, ip) for ip in masters]
+        + [("workerNode", WORKER_CP, ip) for ip in workers]
+    ):
+        stack = f"vnf-{instance_id}-{vdu}-{index}/{uid()}"
+        server = uid()
+        vnfcs.append(
+            {
+                "id": uid(),
+                "vduId": vdu,
+                "computeResource": {
+                    "resourceId": server,
+                    "vimLevelResourceType": "OS::Nova::Server",
+                },
+                "vnfcCpInfo": [{"id": uid(), "cpdId": cp}],
+                "metadata": {"stack_id": stack},
+            }
+        )
+        openstack.ports[(stack, cp)] = PortAddresses((ip,), (floating or {}).get(ip))
+        openstack.hosts[server] = f"compute-{index % 3}"
+    if len(masters) == 1:
+        # cluster_cp_name = the master's own CP in the simple flavour
+        pass
+    else:
+        assert vip is not None
+        openstack.ports[(f"vnf-{instance_id}/{top}", VIP_CP)] = PortAddresses((vip,))
+    tacker.instances[instance_id] = {
+        "id": instance_id,
+        "instantiationState": "INSTANTIATED",
+        "instantiatedVnfInfo": {
+            "flavourId": "complex" if len(masters) > 1 else "simple",
+            "vnfcResourceInfo": vnfcs,
+            "metadata": {"stack_id": top},
+        },
+        "vimConnectionInfo": {},
+    }
+    tacker.op_occs[occ_id] = {
+        "id": occ_id,
+        "operation": "INSTANTIATE",
+        "operationState": "COMPLETED",
+        "vnfInstanceId": instance_id,
+        "operationParams": {"additionalParams": params or k8s_params(ha=len(masters) > 1)},
+    }
+    return tacker, openstack, instance_id, occ_id
+
+
+def _vnfcs(tacker: FakeTacker, instance_id: str) -> list[dict[str, Any]]:
+    vnfcs: list[dict[str, Any]] = tacker.instances[instance_id]["instantiatedVnfInfo"][
+        "vnfcResourceInfo"
+    ]
+    return vnfcs
+
+
+def _vnfc_at(
+    tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str
+) -> dict[str, Any]:
+    for vnfc in _vnfcs(tacker, instance_id):
+        cp = vnfc["vnfcCpInfo"][0]["cpdId"]
+        if ip in openstack.ports[(vnfc["metadata"]["stack_id"], cp)].fixed_ips:
+            return vnfc
+    raise KeyError(ip)
+
+
+def server_at(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
+    """The Nova server id of the VNFC at ``ip`` (what Tacker's grant names to remove)."""
+    return str(_vnfc_at(tacker, openstack, instance_id, ip)["computeResource"]["resourceId"])
+
+
+def add_worker(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
+    """SCALE_OUT as Tacker shows it: a new worker VNFC (its own stack and server), first."""
+    stack, server, vnfc_id = f"vnf-{instance_id}-workerNode-{uid()}/{uid()}", uid(), uid()
+    _vnfcs(tacker, instance_id).insert(
+        0,
+        {
+            "id": vnfc_id,
+            "vduId": "workerNode",
+            "computeResource": {"resourceId": server, "vimLevelResourceType": "OS::Nova::Server"},
+            "vnfcCpInfo": [{"id": uid(), "cpdId": WORKER_CP}],
+            "metadata": {"stack_id": stack},
+        },
+    )
+    openstack.ports[(stack, WORKER_CP)] = PortAddresses((ip,))
+    openstack.hosts[server] = "compute-9"
+    return vnfc_id
+
+
+def remove_vnfc(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
+    """SCALE_IN as Tacker shows it: the VNFC at ``ip`` and its stack are gone."""
+    vnfc = _vnfc_at(tacker, openstack, instance_id, ip)
+    _vnfcs(tacker, instance_id).remove(vnfc)
+    del openstack.ports[(vnfc["metadata"]["stack_id"], vnfc["vnfcCpInfo"][0]["cpdId"])]
+    return str(vnfc["id"])
+
+
+def rebuild_vnfc(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
+    """HEAL of one VNFC as Tacker shows it: a new server (new VNFC id), same stack and port."""
+    vnfc = _vnfc_at(tacker, openstack, instance_id, ip)
+    server = uid()
+    vnfc["id"] = uid()
+    vnfc["computeResource"] = {**vnfc["computeResource"], "resourceId": server}
+    openstack.hosts[server] = "compute-8"
+    return str(vnfc["id"])
+
+
+def lcm_op_occ(
+    tacker: FakeTacker, instance_id: str, operation: str, params: dict[str, Any] | None = None
+) -> str:
+    """A COMPLETED op-occ of ``operation``; without ``params`` its request repeats none
+    (Tacker's bed sends scale and heal requests so)."""
+    occ_id = uid()
+    tacker.op_occs[occ_id] = {
+        "id": occ_id,
+        "operation": operation,
+        "operationState": "COMPLETED",
+        "vnfInstanceId": instance_id,
+        "operationParams": {"additionalParams": params} if params else {},
+    }
+    return occ_id

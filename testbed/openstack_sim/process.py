@@ -1,0 +1,100 @@
+"""The simulator as a child process (``python -m testbed.openstack_sim``), for tests and the demo.
+
+A process of its own keeps the simulator's event loop out of the tests' loops, and lets
+Tacker's calls be answered while a test blocks on Tacker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .app import SimConfig, vim_connection_info
+from .control import SimControl
+
+__all__ = ["SimProcess"]
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+class SimProcess:
+    """Arguments: server_pool / vip_pool: address pools (see :class:`SimConfig`);
+    loop_volumes: Cinder volumes get loop devices (see ``volumes.py``)."""
+
+    def __init__(
+        self,
+        *,
+        server_pool: str | None = None,
+        vip_pool: str | None = None,
+        loop_volumes: bool = False,
+    ) -> None:
+        defaults = SimConfig()
+        self.config = SimConfig(
+            server_pool=server_pool or defaults.server_pool,
+            vip_pool=vip_pool or defaults.vip_pool,
+            loop_volumes=loop_volumes,
+        )
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.auth_url = ""
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start and wait for its "listening" line. Raises RuntimeError if started or it dies."""
+        if self.proc is not None:
+            raise RuntimeError("SimProcess already started")
+        cmd = [
+            sys.executable,
+            "-m",
+            "testbed.openstack_sim",
+            "--server-pool",
+            self.config.server_pool,
+            "--vip-pool",
+            self.config.vip_pool,
+            *(["--loop-volumes"] if self.config.loop_volumes else []),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=_REPO,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(_REPO)},
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # blocks until it listens (or dies: "")
+        if not line:
+            self.stop()
+            raise RuntimeError("the simulated OpenStack exited during start-up")
+        info = json.loads(line)
+        self.url, self.auth_url = info["url"], info["auth_url"]
+
+    @property
+    def control(self) -> SimControl:
+        return SimControl(self.url)
+
+    def openstack_settings(self) -> dict[str, str]:
+        """The ``openstack`` settings section (and openstacksdk login) that reach it."""
+        return self.config.password_auth(self.auth_url)
+
+    def vim_connection_info(self, key: str = "vim1") -> dict[str, Any]:
+        return vim_connection_info(self.auth_url, self.config, key)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s; idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()

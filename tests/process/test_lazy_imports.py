@@ -1,0 +1,107 @@
+"""A serve that uses no SSH, Tacker, OpenStack or Kafka, on SQLite, never loads their libraries.
+
+Each of them costs megabytes of resident memory in every process of ``serve``
+(asyncssh about 15, Alembic with Mako about 10, keystoneauth1 with requests about
+7, cryptography about 7, asyncpg and aiokafka about 3 each); they are imported where
+they are used.
+That they still work when used is the business of the ``ssh``, ``tacker`` and
+``kafka`` tiers and of the PostgreSQL tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from subscriber.store.migrate import HEAD_REVISION
+from tests import REPO
+from tests.factories import op_occ
+from tests.programs import ServeProcess, cli, program_env
+
+# Top-level names; a submodule counts as its package.
+UNUSED = (
+    "asyncssh",
+    "alembic",
+    "mako",
+    "keystoneauth1",
+    "requests",
+    "openstack",
+    "aiokafka",
+    "asyncpg",
+    "cryptography",
+)
+
+
+def _loaded(modules: set[str]) -> list[str]:
+    return sorted({m.split(".")[0] for m in modules} & set(UNUSED))
+
+
+_SERVICE = """
+import asyncio, json, sys
+from subscriber.config import DatabaseSettings, HttpSettings, Settings
+from subscriber.service import Service
+
+async def main() -> None:
+    settings = Settings(
+        database=DatabaseSettings(url=sys.argv[1]), http=HttpSettings(host="127.0.0.1", port=0)
+    )
+    async with Service(settings):
+        pass
+
+asyncio.run(main())
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_a_service_started_and_stopped_loads_none_of_them(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
+    upgraded = cli("db", "upgrade", "--database", url, clean=True)
+    assert upgraded.returncode == 0, upgraded.stderr
+    out = subprocess.run(
+        [sys.executable, "-c", _SERVICE, url],
+        cwd=REPO,
+        env=program_env(clean=True),
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    modules = set(json.loads(out.stdout.splitlines()[-1]))
+    assert "subscriber.service" in modules
+    assert _loaded(modules) == []
+
+
+async def test_serve_migrates_a_new_store_and_its_processes_load_none_of_them(
+    tmp_path: Path,
+) -> None:
+    """``serve`` (ingest and its forked worker) on a new store, one notification handled:
+    ``-X importtime`` names every module either process imports, on stderr (the
+    ``db upgrade`` child that migrates the store runs without it)."""
+    serve = ServeProcess(tmp_path, python=("-X", "importtime"), clean=True).start()
+    try:
+        await serve.ready()
+        body = op_occ(state="STARTING")
+        async with aiohttp.ClientSession() as http, http.post(serve.url, json=body) as resp:
+            assert resp.status == 204
+        async with asyncio.timeout(60):
+            while serve.status(str(body["vnfLcmOpOccId"])) != "done":  # the worker ran its job
+                await asyncio.sleep(0.05)
+    finally:
+        assert serve.proc is not None
+        serve.proc.send_signal(signal.SIGTERM)
+        assert serve.proc.wait(30) == 0, serve.log_text()[-4000:]
+    assert serve.rows("SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
+    text = serve.log_text()
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in text.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert {"subscriber.service", "subscriber.dispatcher"} <= modules, text[-4000:]
+    assert _loaded(modules) == []

@@ -1,0 +1,221 @@
+"""Our programs as subprocesses: the CLI (:func:`cli`), ``serve`` (:class:`ServeProcess`),
+and the processes a ``serve`` started (its worker: ``serve``'s pid alone no longer runs
+the jobs)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import aiohttp
+
+from tests import REPO
+from tests.conftest import free_port
+
+
+def program_env(extra: Mapping[str, str] | None = None, *, clean: bool = False) -> dict[str, str]:
+    """This environment, the checkout on ``PYTHONPATH`` (test handler modules), and ``extra``.
+
+    ``clean``: without this machine's ``LCCN_*`` settings and with a home that holds no
+    configuration (the production defaults)."""
+    env = {k: v for k, v in os.environ.items() if not (clean and k.startswith("LCCN_"))}
+    home = {"LCCN_HOME": str(REPO / ".no-such-home")} if clean else {}
+    return {**env, "PYTHONPATH": str(REPO), **home, **(extra or {})}
+
+
+def lccn_subscriber() -> list[str]:
+    """The installed console script beside this interpreter, else ``python -m subscriber.cli``."""
+    exe = Path(sys.executable).with_name("lccn-subscriber")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "subscriber.cli"]
+
+
+def cli(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60, clean: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``lccn-subscriber ARGS`` run to its end, output as text (``clean``: see
+    :func:`program_env`)."""
+    return subprocess.run(
+        [sys.executable, "-m", "subscriber.cli", *args],
+        cwd=REPO,
+        env=program_env(env, clean=clean),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class ServeProcess:
+    """``lccn-subscriber serve`` as a subprocess on a loopback port, its output (stdout and
+    stderr) appended to :attr:`log`: :meth:`kill` and :meth:`start` again restart it on the
+    same store and port (a callback Tacker knows stays valid).
+
+    Arguments:
+        tmp: its directory (the logs; the store ``lccn.db`` unless ``database``).
+        port: its HTTP port (a free one by default).
+        env: variables added to the environment (settings, a test handler's files).
+        database: the store's URL (default: the SQLite file ``tmp/lccn.db``).
+        args: more ``serve`` arguments (``--role worker``, ``--log-format text``).
+        python: interpreter options (``-X importtime``).
+        clean: the production defaults (see :func:`program_env`).
+    """
+
+    def __init__(
+        self,
+        tmp: Path,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+        *,
+        database: str | None = None,
+        args: Sequence[str] = (),
+        python: Sequence[str] = (),
+        clean: bool = False,
+    ) -> None:
+        self.tmp, self.port, self.env = tmp, port or free_port(), dict(env or {})
+        self.db = tmp / "lccn.db"
+        self.database = database or f"sqlite+aiosqlite:///{self.db}"
+        self._program = [sys.executable, *python, "-m", "subscriber.cli"] if python else None
+        self._args = tuple(args)
+        self._clean = clean
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tmp / f"serve-{self.port}.log"
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The notification callback."""
+        return f"{self.base}/lccn/notifications"
+
+    def start(self) -> ServeProcess:
+        """Start it (again) on :attr:`port` (a test may give it another one first)."""
+        with self.log.open("ab") as out:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [
+                    *(self._program or lccn_subscriber()),
+                    *("serve", "--port", str(self.port), "--database", self.database),
+                    *self._args,
+                ],
+                cwd=REPO,
+                env=program_env(self.env, clean=self._clean),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    async def readyz(self, http: aiohttp.ClientSession) -> tuple[int, dict[str, object]]:
+        """``GET /readyz``: its status and body."""
+        async with http.get(f"{self.base}/readyz") as resp:
+            return resp.status, await resp.json()
+
+    async def wait_readiness(self, ready: bool = True, timeout: float = 60) -> dict[str, object]:
+        """Wait until ``/readyz`` says ready (200) or not (503); return that body."""
+        want = 200 if ready else 503
+        async with asyncio.timeout(timeout), aiohttp.ClientSession() as http:
+            while True:
+                assert self.alive(), self.log_text()[-4000:]
+                with contextlib.suppress(aiohttp.ClientError):  # not listening yet
+                    status, body = await self.readyz(http)
+                    if status == want:
+                        return body
+                await asyncio.sleep(0.05)
+
+    async def ready(self, timeout: float = 60) -> None:
+        """Wait until ``/readyz`` says ready (for ``--role all``: the worker runs jobs too)."""
+        await self.wait_readiness(True, timeout)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (SIGKILL: what a crash leaves) and reap the process."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM (a graceful stop), SIGKILL after 30 s."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def rows(self, sql: str, *args: object) -> list[tuple[object, ...]]:
+        """A read of the SQLite store."""
+        with contextlib.closing(sqlite3.connect(self.db, timeout=10)) as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def status(self, op_occ_id: str) -> str | None:
+        """The status of the (first) event of ``op_occ_id`` in the SQLite store."""
+        rows = self.rows("SELECT status FROM events WHERE vnf_lcm_op_occ_id = ?", op_occ_id)
+        return str(rows[0][0]) if rows else None
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux ``/proc``); empty once it is gone."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def tree(pid: int) -> set[int]:
+    """``pid`` and every process below it."""
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        out.add(p)
+        todo += children(p)
+    return out
+
+
+def job_pid(pid: int) -> int:
+    """The process running ``serve``'s jobs: its worker (``--role all``), else itself."""
+    found = children(pid)
+    return found[0] if found else pid
+
+
+async def worker_pid(pid: int, within: float = 30) -> int:
+    """The worker ``serve --role all`` at ``pid`` started, once it runs."""
+    async with asyncio.timeout(within):
+        while True:
+            found = children(pid)
+            if found:
+                return found[0]
+            await asyncio.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped has stopped running)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+async def gone(pids: set[int], within: float = 10) -> None:
+    """Wait until none of ``pids`` runs (a killed ``serve``'s worker must not outlive it)."""
+    async with asyncio.timeout(within):
+        while any(alive(p) for p in pids):
+            await asyncio.sleep(0.02)
