@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from subscriber.errors import OpenStackNotFound, TackerRejected
+from subscriber.errors import OpenStackNotFound, TackerRejected, VimNotOurs
 from subscriber.kernel.ports import (
     KubernetesAccess,
     PortAddresses,
@@ -58,6 +58,7 @@ class FakeTacker:
     write_backs: list[tuple[str, KubernetesAccess, str]] = field(default_factory=list)
     cleared: list[tuple[str, str]] = field(default_factory=list)
     vims: dict[str, str] = field(default_factory=dict)
+    vim_owners: dict[str, str] = field(default_factory=dict)  # VIM name -> VNF instance
     deleted_vims: list[str] = field(default_factory=list)
     gets: int = 0
     packages: dict[str, bytes] = field(default_factory=dict)  # vnfdId -> package zip
@@ -108,7 +109,16 @@ class FakeTacker:
     ) -> str | None:
         if not self.register_vims:
             return None
+        self._ours(name, owner)
+        if owner is not None:
+            self.vim_owners[name] = owner
         return self.vims.setdefault(name, uid())
+
+    def _ours(self, name: str, owner: str | None) -> None:
+        """As the real client: a VIM registered for another instance is not ours to touch
+        (without an owner, any VIM we registered will do)."""
+        if owner is not None and name in self.vims and self.vim_owners.get(name, owner) != owner:
+            raise VimNotOurs(f"VIM {name!r} was not registered by lccn-subscriber for {owner}")
 
     def onboard(
         self, instance_id: str, files: Mapping[str, str | bytes], vnfd_id: str = "vnfd-1"
@@ -127,6 +137,7 @@ class FakeTacker:
     async def delete_vim(self, name: str, *, owner: str | None = None) -> bool:
         if name not in self.vims:
             return False
+        self._ours(name, owner)
         del self.vims[name]
         self.deleted_vims.append(name)
         return True
