@@ -25,7 +25,7 @@ from schemas.cluster_params import (
     apply_credential_overrides,
     parse_cluster_params,
 )
-from subscriber.errors import ClusterParamsError, NotACluster, PermanentStepError
+from subscriber.errors import ClusterParamsError, NotACluster, PermanentStepError, TackerRejected
 from subscriber.kernel.ports import ApiVersion, TackerApi
 
 __all__ = ["CNF_VIM_TYPES", "api_version", "load_params"]
@@ -52,23 +52,37 @@ def _mapping(data: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any] | 
     return data if isinstance(data, Mapping) else None
 
 
-async def _instantiate_params(tacker: TackerApi, vnf_instance_id: str) -> Mapping[str, Any] | None:
-    """additionalParams of the instance's newest COMPLETED INSTANTIATE op-occ.
+async def _instantiated_with(tacker: TackerApi, vnf_instance_id: str) -> Mapping[str, Any]:
+    """``operationParams`` of the instance's newest COMPLETED INSTANTIATE op-occ that carries
+    cluster parameters, else of the newest one (its VIMs still say what the VNF is), else {}.
 
     A list of op-occs leaves ``operationParams`` out (SOL013's ``exclude_default``,
-    which Tacker applies), so each candidate is read whole, newest first.
+    which Tacker applies), so each candidate is read whole, newest first. Op-occs outlive
+    their instance, so this answers after a TERMINATE and DELETE too.
     """
     occs = await tacker.list_op_occs(
         f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,INSTANTIATE)"
     )
     done = [o for o in occs if o.get("operationState") == "COMPLETED"]
     done.sort(key=lambda o: str(o.get("stateEnteredTime") or o.get("startTime") or ""))
+    newest: Mapping[str, Any] = {}
     for listed in reversed(done):
         occ = await tacker.get_op_occ(str(listed["id"]))
-        params = _mapping(occ, "operationParams", "additionalParams")
-        if params and PARAM_KEY in params:
-            return params
-    return None
+        operation_params = _mapping(occ, "operationParams") or {}
+        newest = newest or operation_params
+        if PARAM_KEY in (_mapping(operation_params, "additionalParams") or {}):
+            return operation_params
+    return newest
+
+
+async def _instance(tacker: TackerApi, notification: VnfLcmOperationOccurrenceNotification) -> Any:
+    """The instance, or ``{}`` when a TERMINATE's instance was deleted since (Tacker 404)."""
+    try:
+        return await tacker.get_vnf_instance(notification.vnfInstanceId)
+    except TackerRejected as exc:
+        if notification.operation.value == "TERMINATE" and getattr(exc, "status", None) == 404:
+            return {}
+        raise
 
 
 def _vim_types(*sources: Any) -> set[str]:
@@ -113,16 +127,19 @@ async def load_params(
     try:
         if PARAM_KEY in request:
             return parse_cluster_params(request, api=api)
-        instance = await tacker.get_vnf_instance(n.vnfInstanceId)
+        instance = await _instance(tacker, n)
         saved = _mapping(instance, "instantiatedVnfInfo", "additionalParams") or _mapping(
             instance, "additionalParams"
         )
+        instantiated: Mapping[str, Any] = {}
         if (not saved or PARAM_KEY not in saved) and n.operation.value != "INSTANTIATE":
-            saved = await _instantiate_params(tacker, n.vnfInstanceId)
+            instantiated = await _instantiated_with(tacker, n.vnfInstanceId)
+            saved = _mapping(instantiated, "additionalParams")
         if not saved or PARAM_KEY not in saved:
             vims = _vim_types(
                 (_mapping(occ, "operationParams") or {}).get("vimConnectionInfo"),
                 instance.get("vimConnectionInfo"),
+                instantiated.get("vimConnectionInfo"),
             )
             if vims and vims <= CNF_VIM_TYPES:
                 raise NotACluster(

@@ -384,3 +384,34 @@ async def test_registry_routes() -> None:
     assert ("INSTANTIATE", "COMPLETED") not in {(o, s) for o, s, _ in plain.routes()}
     assert isinstance(plain, RoutingTable)
     assert MASTER_CP == "masterNode_CP1"
+
+
+async def test_terminate_after_the_instance_was_deleted_still_finds_what_it_instantiated() -> None:
+    """TERMINATE then DELETE in a row (a NFVO's teardown): by the time the job runs Tacker
+    answers 404 for the instance, but its op-occs remain."""
+    params = k8s_params()
+    params["k8s_cluster_installation_param"]["vim_name"] = "edge-vim"
+    tacker, _, inst, _ = cluster_vnf(["10.9.0.15"], [], params=params)
+    tacker.register_vims, tacker.vims["edge-vim"] = True, "vim-1"
+    terminate = lcm_op_occ(tacker, inst, "TERMINATE", {"terminationType": "FORCEFUL"})
+    del tacker.instances[inst]
+    ctx = ctx_for(inst, terminate, Services(tacker=tacker), operation="TERMINATE")
+    plan = TerminateCluster().plan(ctx.notification)
+    for step in plan.steps(ctx.results):
+        if step.name == "clear-write-back":
+            break
+        ctx.results[step.name] = await run_step(step, ctx)
+    assert tacker.deleted_vims == ["edge-vim"]
+
+    # A CNF (VNF-B) deleted right after its TERMINATE: its INSTANTIATE named only a
+    # Kubernetes VIM, so its job ends at the parameters, not failed.
+    tacker, _, cnf, occ = cluster_vnf(["10.9.0.16"], [])
+    tacker.op_occs[occ]["operationParams"] = {"vimConnectionInfo": {"k8s": K8S_VIM}}
+    terminate = lcm_op_occ(tacker, cnf, "TERMINATE")
+    del tacker.instances[cnf]
+    ctx = ctx_for(cnf, terminate, Services(tacker=tacker), operation="TERMINATE")
+    confirm, load = TerminateCluster().plan(ctx.notification).items[:2]
+    assert isinstance(confirm, Step) and isinstance(load, Step)
+    ctx.results["confirm"] = await run_step(confirm, ctx)
+    with pytest.raises(NotACluster):
+        await run_step(load, ctx)
