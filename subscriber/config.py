@@ -43,6 +43,7 @@ __all__ = [
     "MtlsSettings",
     "OAuth2Settings",
     "OpenStackSettings",
+    "RelaySettings",
     "RetentionSettings",
     "Settings",
     "SshSettings",
@@ -515,6 +516,22 @@ class MtlsSettings(_Section):
         return self
 
 
+class RelaySettings(_Section):
+    """``serve --role relay``: Tacker's callback endpoint that produces each notification to
+    the Kafka topic (``kafka.topics[0]``) and answers 204 once the broker acknowledged it."""
+
+    id: str = ""
+    """This relay's name in the records' ``lccn-relay`` header (default: host name and pid)."""
+    produce_timeout: float = Field(default=10.0, gt=0)
+    """Seconds a notification may wait for the broker's acknowledgement before the callback
+    answers 503 (Tacker's own callback timeout is longer)."""
+    idempotence: Literal["auto", "on", "off"] = "auto"
+    """The idempotent producer (no duplicate from a retried send): ``auto`` uses it when the
+    broker grants a producer id and else produces without (each partition's order is kept; a
+    retried send's duplicate is collapsed by the workers' dedup); ``on`` insists (503 while
+    the broker refuses); ``off`` never asks."""
+
+
 class HookSettings(_Section):
     """The drain hook (``POST {path}``) a VNF package's ``scale_start``/``heal_start``
     script calls so that nodes are drained before Tacker deletes their VMs.
@@ -904,6 +921,8 @@ class Settings(BaseSettings):
     """Callback authentication."""
     hooks: HookSettings = HookSettings()
     """The drain hook."""
+    relay: RelaySettings = RelaySettings()
+    """The relay role (``serve --role relay``)."""
     kafka: KafkaSettings = KafkaSettings()
     """Kafka ingest."""
     tacker: TackerSettings = TackerSettings()

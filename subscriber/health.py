@@ -2,8 +2,8 @@
 
 * ``/healthz``: the process and its event loop answer. Nothing else is
   looked at, so a slow database never gets a live process restarted.
-* ``/readyz``: the store is reachable and its schema is at the head
-  revision, plus every check other components registered (Kafka consumer
+* ``/readyz``: the store (if the process has one) is reachable and its schema is
+  at the head revision, plus every check other components registered (Kafka consumer
   assigned when enabled, subscription present when managed ...). 200 when all
   pass, 503 otherwise, with each check's result in the body.
 
@@ -40,13 +40,17 @@ class Health:
     """The readiness checks of one Service.
 
     Arguments:
-        store: checked as ``store``.
+        store: checked as ``store`` (``None``: a process without one, the relay).
         cache_ttl: seconds a readiness answer is reused.
         check_timeout: seconds each check may take before it counts as failed.
     """
 
-    def __init__(self, store: Store, *, cache_ttl: float = 1.0, check_timeout: float = 2.0) -> None:
-        self._checks: dict[str, ReadinessCheck] = {"store": self._store_check}
+    def __init__(
+        self, store: Store | None, *, cache_ttl: float = 1.0, check_timeout: float = 2.0
+    ) -> None:
+        self._checks: dict[str, ReadinessCheck] = {}
+        if store is not None:
+            self._checks["store"] = self._store_check
         self._store = store
         self._ttl = cache_ttl
         self._timeout = check_timeout
@@ -64,6 +68,7 @@ class Health:
         self._checks[name] = check
 
     async def _store_check(self) -> CheckResult:
+        assert self._store is not None
         current = await current_revision(self._store.db)
         if current != HEAD_REVISION:
             return CheckResult(False, f"schema at {current}, expected {HEAD_REVISION}")

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from aiohttp import web
 from prometheus_client import (
@@ -41,7 +41,14 @@ from prometheus_client import (
 from subscriber.store import EventStatus, Store
 from subscriber.store.events import AppendObservation
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "WorkMetrics", "install_metrics_route"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "AuthCounters",
+    "Metrics",
+    "RelayMetrics",
+    "WorkMetrics",
+    "install_metrics_route",
+]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _STEP_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
@@ -51,6 +58,50 @@ def _short_type(notification_type: str | None) -> str:
     if not notification_type:
         return "unknown"
     return notification_type.removesuffix("Notification")
+
+
+class AuthCounters(Protocol):
+    """What the callback's auth counts its refusals in (``Metrics``, ``RelayMetrics``)."""
+
+    auth_failures: Counter
+
+
+class RelayMetrics:
+    """The relay's metrics (``serve --role relay``): what it produced, how fast, what failed.
+
+    A registry of its own: the relay has no store, no jobs and no lanes to show.
+    """
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.produced = Counter(
+            "lccn_relay_produced",
+            "Notifications the broker acknowledged (acks=all), by topic",
+            ["topic"],
+            registry=r,
+        )
+        self.produce_latency = Histogram(
+            "lccn_relay_produce_seconds",
+            "From handing a notification to the producer until the broker acknowledged it",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.produce_failures = Counter(
+            "lccn_relay_produce_failures",
+            "Notifications answered 503 because the broker did not acknowledge them, by reason "
+            "(unavailable: no broker answered in time; refused: the broker refused the record)",
+            ["reason"],
+            registry=r,
+        )
+        self.auth_failures = Counter(
+            "lccn_auth_failures",
+            "Rejected callback or token requests, by endpoint",
+            ["endpoint"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
 
 
 class Metrics:

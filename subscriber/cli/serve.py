@@ -4,7 +4,8 @@
 (HTTP, Kafka) and stores them; the worker it forks runs the jobs at a lower CPU
 priority, so no job takes CPU from ingest. ``single`` runs everything in one
 process; ``ingest`` and ``worker`` run one side alone (several hosts, one
-PostgreSQL).
+PostgreSQL). ``relay`` is Tacker's callback endpoint that produces each
+notification to Kafka and keeps no store (:mod:`subscriber.relay`).
 
 A store behind the schema head is migrated first, by ``lccn-subscriber db
 upgrade`` in a short-lived child process: Alembic (about 10 MB resident) is
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-ROLES = ("all", "ingest", "worker", "single")
+ROLES = ("all", "ingest", "worker", "single", "relay")
 
 
 def _store_options(args: argparse.Namespace) -> list[str]:
@@ -67,6 +68,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         die_with_parent(args.parent_pid)
         return _run_worker(settings, args.link_fd)
     setup_logging(settings.log.format, settings.log.level)
+    if args.role == "relay":
+        return _run_relay(settings)
     # Before the fork: neither process then holds Alembic.
     code = asyncio.run(_migrate_first(args, settings))
     if code is not None:
@@ -188,6 +191,28 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
+def _run_relay(settings: Settings) -> int:
+    """``serve --role relay``: the callback, produced to Kafka (no store, no migration).
+
+    Raises:
+        ConfigError: Kafka is not configured.
+    """
+    from subscriber.errors import ConfigError
+    from subscriber.relay import Relay
+
+    if not settings.kafka.enabled:
+        raise ConfigError(
+            "serve --role relay produces to Kafka: set kafka.bootstrap_servers "
+            "(LCCN_KAFKA__BOOTSTRAP_SERVERS)"
+        )
+
+    async def run() -> None:
+        await Relay(settings).serve_forever(_stop_on_signals())
+
+    asyncio.run(run())
+    return EXIT_OK
+
+
 def _run_worker(settings: Settings, link_fd: int) -> int:
     """``serve``'s worker: wait for the parent's go, lower the priority, run the jobs."""
     from subscriber.logs import setup_logging
@@ -224,7 +249,8 @@ def add_parsers(subparsers: Subparsers, parents: Parents) -> None:
         choices=ROLES,
         default="all",
         help="all (default): ingest here, jobs in a worker process it starts; single: "
-        "everything in one process; ingest or worker: one side alone",
+        "everything in one process; ingest or worker: one side alone; relay: the callback "
+        "endpoint that produces each notification to Kafka (no store)",
     )
     # Set by the parent of a worker: the link's descriptor and the pid to die with.
     serve.add_argument("--link-fd", type=int, help=argparse.SUPPRESS)

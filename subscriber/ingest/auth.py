@@ -59,7 +59,7 @@ from subscriber.health import CheckResult
 from subscriber.ingest import credentials as gen
 from subscriber.ingest.problems import problem_response
 from subscriber.lifecycle import Component, State
-from subscriber.metrics import Metrics
+from subscriber.metrics import AuthCounters
 from subscriber.store import CredentialStore
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ class CallbackAuth(Component):
         self,
         settings: AuthSettings,
         callback_path: str,
-        metrics: Metrics | None = None,
+        metrics: AuthCounters | None = None,
         *,
         credentials: CredentialStore | None = None,
         required: bool = False,

@@ -1,11 +1,12 @@
-"""The SOL003 callback endpoint: parse, append durably, acknowledge. Nothing else.
+"""The SOL003 callback endpoint: parse, hand over durably, acknowledge. Nothing else.
 
 * ``GET``  -> 204 (Tacker's test notification at subscribe time; 20 s timeout).
-* ``POST`` -> 204 only after the event is committed (duplicates too: nothing
-  is added for them); 400 for bad JSON or schema (ProblemDetails names the
-  first bad field); 415 for a non-JSON content type; 413 past the size cap,
-  without reading the rest; 503 if the store cannot be written (Tacker v2 does
-  not resend, so the reconciler is the safety net).
+* ``POST`` -> 204 only after the notification is durable where it goes (the
+  store's commit; the Kafka broker's acknowledgement for the relay), duplicates
+  too; 400 for bad JSON or schema (ProblemDetails names the first bad field);
+  415 for a non-JSON content type; 413 past the size cap, without reading the
+  rest; 503 when it cannot be made durable (Tacker v2 does not resend, so the
+  reconciler is the safety net).
 """
 
 from __future__ import annotations
@@ -15,26 +16,37 @@ import logging
 import os
 import re
 import ssl
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from schemas import NotificationParseError, parse_notification
 from schemas.openapi import OPENAPI_PATH, openapi_document
 from subscriber.config import HttpSettings
-from subscriber.errors import ListenFailed, StoreError, StoreUnavailable
+from subscriber.errors import LccnError, ListenFailed
 from subscriber.ingest.problems import problem_middleware, problem_response
 from subscriber.lifecycle import Component
-from subscriber.store import EventStore, NewEvent
+from subscriber.store import NewEvent
 
-__all__ = ["CallbackIngress", "make_app"]
+__all__ = ["CallbackIngress", "EventSink", "make_app"]
 
 log = logging.getLogger(__name__)
 
 _JSON_TYPES = frozenset({"application/json"})
 # The ``Version`` header is stored (events.api_version, 32 characters): "2.0.0", "1.3.0".
 _VERSION = re.compile(r"[0-9A-Za-z.+-]{1,32}")
-EVENT_STORE_KEY = web.AppKey("event_store", EventStore)
+
+
+class EventSink(Protocol):
+    """Where the callback hands each notification: the store (``serve``), or the Kafka
+    topic (``serve --role relay``). ``append`` returns once it is durable there and raises
+    an :class:`~subscriber.errors.LccnError` when it cannot be (``retriable`` when worth
+    a retry soon: the store or the broker unreachable)."""
+
+    async def append(self, new: NewEvent) -> Any: ...
+
+
+EVENT_SINK_KEY = web.AppKey("event_sink", EventSink)
 SETTINGS_KEY = web.AppKey("http_settings", HttpSettings)
 
 
@@ -58,7 +70,7 @@ async def _test_notification(request: web.Request) -> web.Response:
 
 async def _notification(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS_KEY]
-    store = request.app[EVENT_STORE_KEY]
+    sink = request.app[EVENT_SINK_KEY]
     if request.content_type not in _JSON_TYPES:
         return problem_response(
             415,
@@ -86,26 +98,24 @@ async def _notification(request: web.Request) -> web.Response:
         return problem_response(400, exc.detail, instance=request.path, field=exc.field)
     new = NewEvent(source="http", notification=notification, raw=body, api_version=version)
     try:
-        await store.append(new)
-    except StoreUnavailable as exc:
-        return problem_response(
-            503, exc.message, instance=request.path, headers={"Retry-After": "1"}
-        )
-    except StoreError as exc:
-        return problem_response(503, exc.message, instance=request.path)
+        await sink.append(new)
+    except LccnError as exc:
+        headers = {"Retry-After": "1"} if exc.retriable else None
+        return problem_response(503, exc.message, instance=request.path, headers=headers)
     return web.Response(status=204)
 
 
 def make_app(
-    settings: HttpSettings, store: EventStore, *, hook_path: str | None = None
+    settings: HttpSettings, sink: EventSink, *, hook_path: str | None = None
 ) -> web.Application:
     """The aiohttp application with the callback route (other routes may be added);
-    ``hook_path``: the drain hook's, when it is on (for the OpenAPI document)."""
+    ``sink``: where notifications go; ``hook_path``: the drain hook's, when it is on (for
+    the OpenAPI document)."""
     # The body cap is enforced by _read_capped; aiohttp's own cap must not cut in first.
     app = web.Application(
         middlewares=[problem_middleware], client_max_size=settings.max_body_bytes + 1
     )
-    app[EVENT_STORE_KEY] = store
+    app[EVENT_SINK_KEY] = sink
     app[SETTINGS_KEY] = settings
     app.router.add_route("GET", settings.path, _test_notification)
     app.router.add_route("POST", settings.path, _notification)

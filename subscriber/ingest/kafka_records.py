@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -109,6 +110,18 @@ def _unwrap_oslo(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     return inner
 
 
+_VERSION = re.compile(r"[0-9A-Za-z.+-]{1,32}")
+
+
+def _api_version(record: KafkaRecord) -> str | None:
+    """The relay's ``lccn-api-version`` header (Tacker's ``Version``), when it is one."""
+    for name, value in record.headers or ():
+        if name == "lccn-api-version" and value:
+            text = value.decode("ascii", "replace")
+            return text if _VERSION.fullmatch(text) else None
+    return None
+
+
 def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
     """Parse and validate one record.
 
@@ -118,7 +131,8 @@ def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
 
     Returns:
         the event to append (source ``kafka``), with the record's place,
-        key and headers in ``meta``.
+        key and headers in ``meta``, and the relay's ``lccn-api-version`` header as
+        its API version.
 
     Raises:
         RecordRejected: empty, not JSON, not an object, or not a valid
@@ -134,7 +148,13 @@ def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
             raise RecordRejected(exc.detail, exc.field) from None
         meta = record_meta(record, consumer)
         _check_key(record, meta, notification.vnfInstanceId)
-        return NewEvent(source="kafka", notification=notification, raw=record.value, meta=meta)
+        return NewEvent(
+            source="kafka",
+            notification=notification,
+            raw=record.value,
+            meta=meta,
+            api_version=_api_version(record),
+        )
     try:
         data = json.loads(record.value)
     except ValueError as exc:
