@@ -3,9 +3,14 @@
 * ``GET``  -> 204 (Tacker's test notification at subscribe time; 20 s timeout).
 * ``POST`` -> 204 only after the event is committed (duplicates too: nothing
   is added for them); 400 for bad JSON or schema (ProblemDetails names the
-  first bad field); 415 for a non-JSON content type; 413 past the size cap,
+  first bad field); 415 for a content type that is not JSON; 413 past the size cap,
   without reading the rest; 503 if the store cannot be written (Tacker v2 does
   not resend, so the reconciler is the safety net).
+
+A POST without ``Content-Type`` is read as JSON: Tacker's v1 conductor posts its
+notifications with ``requests`` and ``data=json.dumps(...)``, which sets no
+``Content-Type`` (and no ``Version``), and retries anything but 204 three times,
+10 s apart, while the operation waits.
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ async def _test_notification(request: web.Request) -> web.Response:
 async def _notification(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS_KEY]
     store = request.app[EVENT_STORE_KEY]
-    if request.content_type not in _JSON_TYPES:
+    # aiohttp reports a missing Content-Type as application/octet-stream: ask the header.
+    if "Content-Type" in request.headers and request.content_type not in _JSON_TYPES:
         return problem_response(
             415,
             f"Content-Type must be application/json, not {request.content_type or 'missing'}",
