@@ -36,8 +36,7 @@ def discover_nodes(job: ClusterJob) -> Step:
     """The instance's nodes from Tacker's VNFCs, Heat's ports and Nova; saved as inventory."""
 
     async def run(ctx: JobContext) -> Discovered:
-        tacker = ctx.services.need_tacker()
-        instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
+        instance = await job.instance(ctx)
         state = instance.get("instantiationState")
         if state not in (None, "INSTANTIATED"):
             raise PermanentStepError(
@@ -59,8 +58,7 @@ def survey_nodes(job: ClusterJob) -> Step:
     """
 
     async def run(ctx: JobContext) -> Discovered:
-        tacker = ctx.services.need_tacker()
-        instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
+        instance = await job.instance(ctx)
         topo = await discover(instance, await job.params(ctx), ctx.services.need_openstack())
         before = {n.name: n for n in await ctx.services.need_inventory().nodes(ctx.vnf_instance_id)}
         now = {n.name: n for n in topo.nodes}

@@ -1,11 +1,14 @@
 """The cluster parameters of an operation, and the API version it speaks.
 
 Parameters come from the op-occ at hand (``GET vnf_lcm_op_occs/{id}``,
-``operationParams.additionalParams``), else from the parameters the instance
-saved at instantiation (v1: ``instantiatedVnfInfo.additionalParams``), else from
-the instance's last completed INSTANTIATE op-occ (v2 keeps no instantiation
-parameters on the instance; Tacker's own v2 driver makes every scale and heal
-request repeat them, we do not).
+``operationParams.additionalParams``; v1 shows ``operationParams`` as JSON text),
+else from the parameters the instance saved at instantiation (v1:
+``instantiatedVnfInfo.additionalParams``, snake_case or, as older Tacker showed
+them, ``k8sClusterInstallationParam`` in camelCase), else from the instance's last
+completed INSTANTIATE op-occ (v2 keeps no instantiation parameters on the
+instance, and a TERMINATE'd v1 instance none any more; Tacker's own v2 driver
+makes every scale and heal request repeat them, we do not). Every read goes to
+the API the instance was made with (the notification's links say which).
 They hold passwords: keep them in memory, never in a step result or a log.
 
 A VNF with no parameters anywhere whose every VIM is a Kubernetes or Helm one is a
@@ -18,30 +21,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from schemas import Notification, VnfLcmOperationOccurrenceNotification
+from schemas import VnfLcmOperationOccurrenceNotification
 from schemas.cluster_params import (
     PARAM_KEY,
     K8sClusterInstallationParams,
     apply_credential_overrides,
     parse_cluster_params,
 )
+from schemas.lcm import api_version, operation_params, saved_params
 from subscriber.errors import ClusterParamsError, NotACluster, PermanentStepError
 from subscriber.kernel.ports import ApiVersion, TackerApi
 
-__all__ = ["CNF_VIM_TYPES", "api_version", "load_params"]
+__all__ = ["CNF_VIM_TYPES", "api_version", "instantiate_params", "load_params"]
 
 # The VIM types of a VNF deployed on Kubernetes (v2, v2 Helm, v1).
 CNF_VIM_TYPES = frozenset({"ETSINFV.KUBERNETES.V_1", "ETSINFV.HELM.V_3", "kubernetes"})
-
-
-def api_version(notification: Notification) -> ApiVersion:
-    """The VNF LCM API version of the notification (its links say ``/vnflcm/v1/``)."""
-    if (
-        isinstance(notification, VnfLcmOperationOccurrenceNotification)
-        and "/vnflcm/v1/" in notification.links.vnfInstance.href
-    ):
-        return "v1"
-    return "v2"
 
 
 def _mapping(data: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any] | None:
@@ -52,20 +46,22 @@ def _mapping(data: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any] | 
     return data if isinstance(data, Mapping) else None
 
 
-async def _instantiate_params(tacker: TackerApi, vnf_instance_id: str) -> Mapping[str, Any] | None:
+async def instantiate_params(
+    tacker: TackerApi, vnf_instance_id: str, api: ApiVersion
+) -> Mapping[str, Any] | None:
     """additionalParams of the instance's newest COMPLETED INSTANTIATE op-occ.
 
     A list of op-occs leaves ``operationParams`` out (SOL013's ``exclude_default``,
     which Tacker applies), so each candidate is read whole, newest first.
     """
     occs = await tacker.list_op_occs(
-        f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,INSTANTIATE)"
+        f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,INSTANTIATE)", api=api
     )
     done = [o for o in occs if o.get("operationState") == "COMPLETED"]
     done.sort(key=lambda o: str(o.get("stateEnteredTime") or o.get("startTime") or ""))
     for listed in reversed(done):
-        occ = await tacker.get_op_occ(str(listed["id"]))
-        params = _mapping(occ, "operationParams", "additionalParams")
+        occ = await tacker.get_op_occ(str(listed["id"]), api=api)
+        params = _mapping(operation_params(occ), "additionalParams")
         if params and PARAM_KEY in params:
             return params
     return None
@@ -108,22 +104,18 @@ async def load_params(
     n = notification
     api = api_version(n)
     if occ is None:
-        occ = await tacker.get_op_occ(n.vnfLcmOpOccId)
-    request = _mapping(occ, "operationParams", "additionalParams") or {}
+        occ = await tacker.get_op_occ(n.vnfLcmOpOccId, api=api)
+    operation = operation_params(occ)
+    request = _mapping(operation, "additionalParams") or {}
     try:
         if PARAM_KEY in request:
             return parse_cluster_params(request, api=api)
-        instance = await tacker.get_vnf_instance(n.vnfInstanceId)
-        saved = _mapping(instance, "instantiatedVnfInfo", "additionalParams") or _mapping(
-            instance, "additionalParams"
-        )
+        instance = await tacker.get_vnf_instance(n.vnfInstanceId, api=api)
+        saved: Mapping[str, Any] | None = saved_params(instance)
         if (not saved or PARAM_KEY not in saved) and n.operation.value != "INSTANTIATE":
-            saved = await _instantiate_params(tacker, n.vnfInstanceId)
+            saved = await instantiate_params(tacker, n.vnfInstanceId, api)
         if not saved or PARAM_KEY not in saved:
-            vims = _vim_types(
-                (_mapping(occ, "operationParams") or {}).get("vimConnectionInfo"),
-                instance.get("vimConnectionInfo"),
-            )
+            vims = _vim_types(operation.get("vimConnectionInfo"), instance.get("vimConnectionInfo"))
             if vims and vims <= CNF_VIM_TYPES:
                 raise NotACluster(
                     f"VNF instance {n.vnfInstanceId} is deployed on Kubernetes "
