@@ -493,7 +493,8 @@ def remove_vnfc(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, 
 
 
 def rebuild_vnfc(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str, ip: str) -> str:
-    """HEAL of one VNFC as Tacker shows it: a new server (new VNFC id), same stack and port."""
+    """HEAL of one VNFC as Tacker shows it: a new server (v2: and a new VNFC id), same
+    stack and port."""
     vnfc = _vnfc_at(tacker, openstack, instance_id, ip)
     server = uid()
     top = _v1_top(tacker, openstack, instance_id)
@@ -501,7 +502,8 @@ def rebuild_vnfc(tacker: FakeTacker, openstack: FakeOpenStack, instance_id: str,
         openstack.servers[top][server] = openstack.servers[top].pop(
             vnfc["computeResource"]["resourceId"]
         )
-    vnfc["id"] = uid()
+    if top is None:  # v2 gives the healed VNFC a new id; v1 keeps it
+        vnfc["id"] = uid()
     vnfc["computeResource"] = {**vnfc["computeResource"], "resourceId": server}
     openstack.hosts[server] = "compute-8"
     return str(vnfc["id"])

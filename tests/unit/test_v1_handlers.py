@@ -33,6 +33,7 @@ from tests.cluster_fakes import (
     FakeTacker,
     cluster_vnf,
     lcm_op_occ,
+    rebuild_vnfc,
     run_step,
     uid,
 )
@@ -187,6 +188,26 @@ async def test_saved_params_are_read_in_both_spellings(spelling: str) -> None:
     assert params.worker_node.password is not None
     assert params.worker_node.password.get_secret_value() == "new-pw-123"
     assert saved_params({"additionalParams": {}}) == {}
+
+
+async def test_a_v1_heal_keeps_the_vnfc_id_and_the_new_server_says_it_was_rebuilt() -> None:
+    tacker, openstack, inst, _ = cluster_vnf(["10.9.1.5"], ["10.9.1.6", "10.9.1.7"], api="v1")
+    svc = services(tacker, openstack)
+    topo = await discover(
+        tacker.instances[inst], parse_cluster_params(v1_params(), api="v1"), openstack
+    )
+    assert svc.inventory is not None
+    await svc.inventory.replace(inst, topo.nodes)
+    vnfc = rebuild_vnfc(tacker, openstack, inst, "10.9.1.7")
+    assert vnfc == topo.node("worker7").vnfc_id  # v1: the same VNFC, a new server
+    heal = lcm_op_occ(tacker, inst, "HEAL")
+    ctx = ctx_for(inst, heal, svc, operation="HEAL")
+    outcome = await run_plan(
+        HealCluster().plan(ctx.notification), ctx, only=("confirm", "load-params", "discover")
+    )
+    assert outcome["discover"] == "done"
+    changes = ctx.results["discover"]["changes"]
+    assert changes == {"added": [], "replaced": ["worker7"], "departed": []}
 
 
 # ----------------------------------------------------------------- the VIM lifecycle
