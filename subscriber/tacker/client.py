@@ -412,7 +412,7 @@ class TackerClient(Component):
         """
         deadline = time.monotonic() + (wait or self.settings.op_wait_timeout)
         while True:
-            occ = await self.get_op_occ(op_occ_id, api=api)
+            occ = await self._op_occ_state(op_occ_id, api or self.settings.api_version)
             state = occ.get("operationState")
             if state == "COMPLETED":
                 return occ
@@ -425,6 +425,21 @@ class TackerClient(Component):
             if time.monotonic() >= deadline:
                 raise TackerUnavailable(f"Tacker op-occ {op_occ_id} still {state} after waiting")
             await asyncio.sleep(self.settings.op_poll_interval)
+
+    async def _op_occ_state(self, op_occ_id: str, api: ApiVersion) -> dict[str, Any]:
+        """The op-occ as far as waiting needs it (state, operation, error).
+
+        Tacker 16.0.0's v1 keeps a MODIFY_INFO's request as the text of a Python dict and
+        its ``GET vnf_lcm_op_occs/{id}`` then fails (500, it parses that text as JSON), so
+        v1 reads the op-occ from the list, filtered by id, which leaves the request out.
+        """
+        if api == "v2":
+            return await self.get_op_occ(op_occ_id, api=api)
+        listed = await self.list_op_occs(f"(eq,id,{filter_value(op_occ_id)})", api=api)
+        found = [o for o in listed if o.get("id") == op_occ_id]
+        if not found:
+            raise TackerUnavailable(f"Tacker lists no op-occ {op_occ_id} (yet)")
+        return found[0]
 
     # -- TackerApi: write-back ---------------------------------------------------
 

@@ -213,7 +213,12 @@ async def test_write_back_v1_uses_the_list_form(fake: ScriptedTacker, store: Sto
         "/vnflcm/v1/vnf_instances/inst-1",
         (202, None, {"Location": f"{fake.url}/vnflcm/v1/vnf_lcm_op_occs/{occ}"}),
     )
-    fake.on("GET", f"/vnflcm/v1/vnf_lcm_op_occs/{occ}", (200, {"operationState": "COMPLETED"}))
+    # Tacker 16.0.0 cannot show a v1 MODIFY_INFO (500: it parses the Python text of its
+    # request as JSON); the list, filtered by id, leaves the request out.
+    fake.on("GET", f"/vnflcm/v1/vnf_lcm_op_occs/{occ}", (500, {"status": 500, "detail": "x"}))
+    fake.on(
+        "GET", "/vnflcm/v1/vnf_lcm_op_occs", (200, [{"id": occ, "operationState": "COMPLETED"}])
+    )
     access = KubernetesAccess(
         endpoint=ACCESS.endpoint,
         ssl_ca_cert=ACCESS.ssl_ca_cert,
@@ -225,6 +230,7 @@ async def test_write_back_v1_uses_the_list_form(fake: ScriptedTacker, store: Sto
         await client.clear_write_back("inst-1", api="v1")
     first, second = (s for s in fake.seen if s[0] == "PATCH")
     assert first[2]["Version"] == "1.3.0"
+    assert not [s for s in fake.seen if s[1] == f"/vnflcm/v1/vnf_lcm_op_occs/{occ}"]
     other, entry = first[3]["vimConnectionInfo"]
     assert other == {"id": "vim-conn-os"}
     assert entry == {
