@@ -8,8 +8,9 @@ haproxy backends are retired through a surviving master, then a worker joins
 again and a master joins the control plane with a fresh certificate key, and
 every master's haproxy sends to the masters again. Rebuilt nodes get the
 parameters' proxy, a rebuilt master the user's Helm script. A whole-VNF heal leaves no
-master: the cluster is built anew as on INSTANTIATE, and a new
-``vimConnectionInfo`` entry (new CA and token) is written back. Healing the
+master: the cluster is built anew as on INSTANTIATE, its VIM (when VIMs are
+registered: v1 by default) is registered anew and a new ``vimConnectionInfo``
+entry (new CA and token, or new VIM) is written back. Healing the
 master of a single-master cluster whose workers survive is refused, as Tacker's
 driver refuses it. The job ends by making the cluster, the inventory and
 Tacker's VNFCs agree.
@@ -51,6 +52,7 @@ class HealCluster(ClusterHandler):
             steps.register_pvs(job),
             steps.admin_token(job),
             steps.cluster_access(job),
+            steps.reregister_vim(job),
             steps.write_back(job),
             steps.reconcile_membership(job),
         )

@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from handlers.results import ClusterAccess, Discovered, VimRegistration
-from handlers.toolkit.params import api_version, load_params
+from handlers.toolkit.params import load_params
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
 from schemas import Notification, VnfLcmOperationOccurrenceNotification
 from schemas.cluster_params import K8sClusterInstallationParams
+from schemas.lcm import api_version
 from subscriber.config import ClusterSettings
 from subscriber.kernel import JobContext
 from subscriber.kernel.ports import ApiVersion
@@ -50,7 +51,7 @@ class ClusterJob:
         """``GET vnf_lcm_op_occs/{id}`` of the notification's op-occ (once per run)."""
         if self._op_occ is None:
             tacker = ctx.services.need_tacker()
-            self._op_occ = await tacker.get_op_occ(self.notification.vnfLcmOpOccId)
+            self._op_occ = await tacker.get_op_occ(self.notification.vnfLcmOpOccId, api=self.api)
         return self._op_occ
 
     async def params(self, ctx: JobContext) -> K8sClusterInstallationParams:
@@ -67,6 +68,10 @@ class ClusterJob:
 
     async def vim_name(self, ctx: JobContext) -> str:
         return (await self.params(ctx)).vim_name_for(ctx.vnf_instance_id)
+
+    async def instance(self, ctx: JobContext) -> dict[str, Any]:
+        """``GET vnf_instances/{id}`` now, through the instance's own API."""
+        return await ctx.services.need_tacker().get_vnf_instance(ctx.vnf_instance_id, api=self.api)
 
     def discovered(self, ctx: JobContext) -> Discovered:
         """The ``discover`` step's result (the step ``needs`` :class:`Discovered`)."""

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from schemas.enums import (
@@ -100,6 +108,15 @@ class VnfLcmOperationOccurrenceNotification(_NotificationBase):
     modificationsTriggeredByVnfPkgChange: dict[str, Any] | None = None
     error: ProblemDetails | None = None
     links: OpOccLinks = Field(alias="_links")
+
+    @field_validator("error", mode="before")
+    @classmethod
+    def _v1_error(cls, value: Any) -> Any:
+        # Tacker's v1 conductor sends the failure as the bare text of the exception; the
+        # op-occ it stores says ProblemDetails(status=500, detail=that text).
+        if isinstance(value, str):
+            return {"status": 500, "detail": value}
+        return value
 
 
 class _IdentifierNotification(_NotificationBase):

@@ -151,7 +151,10 @@ def openapi_document(
                         ),
                         "401": auth_refused,
                         "413": _problem("the body is larger than ``http.max_body_bytes``"),
-                        "415": _problem("not ``application/json``"),
+                        "415": _problem(
+                            "a Content-Type other than ``application/json`` (none is read "
+                            "as JSON: Tacker's v1 conductor sends none)"
+                        ),
                         "500": _problem("an unexpected error; the detail names a request id"),
                         "503": _problem(
                             "the store cannot be written: nothing was stored, send again"

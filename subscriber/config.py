@@ -822,8 +822,11 @@ class TackerSettings(_Section):
     echo_intent_ttl: float = Field(default=600.0, gt=0)
     """How long an "expected echo" (recorded before a PATCH whose 202 never arrived: crash,
     timeout) still claims MODIFY_INFO op-occs of its instance."""
-    register_vim: bool = False
-    """Also register the cluster as a VIM (``POST /v1.0/vims``), as Tacker's v1 driver did."""
+    register_vim: bool | None = None
+    """Register each cluster as a Kubernetes VIM (``POST /v1.0/vims``) and delete it at
+    TERMINATE: ``true`` for every instance, ``false`` for none; unset, for the instances
+    of the v1 API only, as Tacker's v1 driver did (a v2 instance gets the access data in
+    ``vimConnectionInfo``)."""
 
     subscribe_on_start: bool = False
     """Ensure our LCCN subscription when ``serve`` starts."""

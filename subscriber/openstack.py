@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from subscriber.config import OpenStackSettings
 from subscriber.errors import (
@@ -200,6 +200,41 @@ class OpenStackClient(Component):
         floating = attributes.get("floating_ip_address")
         return PortAddresses(fixed_ips=fixed, floating_ip=str(floating) if floating else None)
 
+    async def server_stacks(self, stack: str) -> dict[str, str]:
+        """``GET stacks/{stack}/resources?nested_depth=3``: each ``OS::Nova::Server`` under
+        ``stack`` -> the ``name/id`` of the stack holding it (its ``stack`` link).
+
+        Arguments:
+            stack: the top stack's name (Heat resolves it) or ``name/id``.
+
+        Raises:
+            OpenStackNotFound: no such stack.
+            OpenStackUnavailable: OpenStack did not answer (retriable).
+            OpenStackError: anything else OpenStack refused.
+        """
+        what = f"Heat resources of stack {stack}"
+        parts = stack.split("/")
+        if any(part in ("", ".", "..") for part in parts) or len(parts) > 2:
+            raise OpenStackRequestFailed(f"{what}: not a stack name or name/id")
+        path = f"/stacks/{'/'.join(quote(p, safe='') for p in parts)}/resources"
+
+        def get(conn: Any) -> dict[str, Any]:
+            response = conn.orchestration.get(path, params={"nested_depth": 3}, raise_exc=False)
+            if response.status_code >= 400:
+                raise _status_error(response.status_code, what)
+            body: dict[str, Any] = response.json()
+            return body
+
+        out: dict[str, str] = {}
+        for res in (await self._call(what, get)).get("resources") or ():
+            if not isinstance(res, dict) or res.get("resource_type") != "OS::Nova::Server":
+                continue
+            server = res.get("physical_resource_id")
+            holder = _stack_link(res.get("links"))
+            if server and holder:
+                out[str(server)] = holder
+        return out
+
     async def volume_devices(self, stack_id: str, volume_name: str) -> tuple[str, ...]:
         """The devices a Cinder volume resource is attached as (``attributes.attachments``,
         where Tacker's driver reads the storage server's device), in attachment order.
@@ -270,6 +305,16 @@ class OpenStackClient(Component):
             )
 
         return await self._call(f"Nova server {server_id}", get)
+
+
+def _stack_link(links: Any) -> str | None:
+    """``name/id`` from a resource's ``rel: stack`` link (``.../stacks/{name}/{id}``)."""
+    for link in links or ():
+        if isinstance(link, dict) and link.get("rel") == "stack":
+            tail = str(link.get("href", "")).rstrip("/").split("/stacks/", 1)
+            if len(tail) == 2 and tail[1].count("/") == 1:
+                return unquote(tail[1])
+    return None
 
 
 def _connect(settings: OpenStackSettings) -> Any:

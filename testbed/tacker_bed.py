@@ -46,6 +46,8 @@ from typing import Any
 TACKER_VERSION = "16.0.0"
 # The sample VNF package and its builder are user-facing: they stay in scripts/.
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+# On the Tacker processes' PYTHONPATH: the SQLAlchemy plugin their database URL names.
+PG_PLUGIN = Path(__file__).resolve().parent / "tacker_pg"
 PROJECT_ID = "6b1e4f3c2a9d4e8f9a7b6c5d4e3f2a1b"
 USER_ID = "2f9a7c1e5b3d4a6c8e0f1a2b3c4d5e6f"
 HEADERS = {
@@ -135,20 +137,47 @@ def request(
     return status, rh, parsed
 
 
-def _psql_python(sql: str) -> None:
-    """Run SQL on the maintenance database with the Tacker venv's psycopg2 (autocommit)."""
+def _psql_python(sql: str, dbname: str = "postgres", *args: str) -> None:
+    """Run SQL (with ``%s`` parameters ``args``) on a database with the Tacker venv's
+    psycopg2 (autocommit); the maintenance database by default."""
     code = (
         "import psycopg2, sys\n"
-        "c = psycopg2.connect(host='127.0.0.1', port=5432, user='postgres', dbname='postgres')\n"
+        "c = psycopg2.connect(host='127.0.0.1', port=5432, user='postgres', dbname=sys.argv[2])\n"
         "c.autocommit = True\n"
-        "c.cursor().execute(sys.argv[1])\n"
+        "c.cursor().execute(sys.argv[1], tuple(sys.argv[3:]) or None)\n"
     )
     subprocess.run(
-        [str(tacker_venv() / "bin" / "python"), "-c", code, sql],
+        [str(tacker_venv() / "bin" / "python"), "-c", code, sql, dbname, *args],
         check=True,
         capture_output=True,
         timeout=60,
     )
+
+
+# Tacker 16.0.0's v1 API on PostgreSQL (it is tested on MySQL) fails at its first op-occ
+# and its first notification: its migrations make two columns smallint that its model
+# writes booleans into ("column is_automatic_invocation is of type smallint but
+# expression is of type boolean"), and the subscription query behind every v1
+# notification calls MySQL's JSON_CONTAINS. The bed's database gets the column type the
+# model writes and a JSON_CONTAINS of its own (MySQL's meaning: the candidate JSON is
+# contained in the target); Tacker itself is not changed.
+_V1_SCHEMA = (
+    "ALTER TABLE vnf_lcm_op_occs"
+    " ALTER COLUMN is_automatic_invocation DROP DEFAULT,"
+    " ALTER COLUMN is_automatic_invocation TYPE boolean USING is_automatic_invocation <> 0,"
+    " ALTER COLUMN is_cancel_pending DROP DEFAULT,"
+    " ALTER COLUMN is_cancel_pending TYPE boolean USING is_cancel_pending <> 0",
+    "CREATE FUNCTION json_contains(target text, candidate text) RETURNS boolean"
+    " LANGUAGE sql IMMUTABLE AS"
+    " $$ SELECT coalesce(nullif(target, ''), 'null')::jsonb @> candidate::jsonb $$",
+    "CREATE FUNCTION json_contains(target json, candidate text) RETURNS boolean"
+    " LANGUAGE sql IMMUTABLE AS $$ SELECT target::jsonb @> candidate::jsonb $$",
+)
+
+
+def _fit_v1_schema(database: str) -> None:
+    for statement in _V1_SCHEMA:
+        _psql_python(statement, database)
 
 
 def stored_vim_connection_info(state: BedState, inst_id: str) -> dict[str, Any] | None:
@@ -211,7 +240,7 @@ def stored_subscription_authentication(
 
 def _write_config(state: BedState) -> Path:
     work = Path(state.workdir)
-    for sub in ("csar", "images", "locks", "state", "logs"):
+    for sub in ("csar", "images", "locks", "state", "logs", "vim_keys"):
         (work / sub).mkdir(parents=True, exist_ok=True)
     paste = (tacker_venv() / "etc" / "tacker" / "api-paste.ini").read_text()
     # The v1 package and v1 LCM APIs need the request context the noauth headers give.
@@ -236,7 +265,7 @@ debug = false
 log_dir = {work}/logs
 
 [database]
-connection = postgresql+psycopg2://postgres@127.0.0.1:5432/{state.database}
+connection = postgresql+psycopg2://postgres@127.0.0.1:5432/{state.database}?plugin=lccn_tacker_pg
 
 [vnf_package]
 vnf_package_csar_path = {work}/csar
@@ -250,6 +279,13 @@ lock_path = {work}/locks
 
 [vnf_lcm]
 endpoint_url = {state.url}/
+
+[vim_keys]
+openstack = {work}/vim_keys
+
+[openstack_vim]
+stack_retry_wait = 1
+stack_retries = 120
 
 [v2_vnfm]
 endpoint = {state.url}
@@ -387,22 +423,30 @@ def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> Be
         state.vhost = _create_vhost(db)
         conf = _write_config(state)
         bin_dir = tacker_venv() / "bin"
+        base_env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(PG_PLUGIN), os.environ.get("PYTHONPATH", "")) if p
+            ),
+        }
         manage = subprocess.run(
             [str(bin_dir / "tacker-db-manage"), "--config-file", str(conf), "upgrade", "head"],
             cwd=state.workdir,
+            env=base_env,
             capture_output=True,
             text=True,
             timeout=300,
         )
         if manage.returncode != 0:
             raise BedError(f"tacker-db-manage failed:\n{manage.stderr[-4000:]}")
+        _fit_v1_schema(db)
         for name in ("tacker-conductor", "tacker-server"):
             cmd = [str(bin_dir / name), "--config-file", str(conf)]
             if name == "tacker-conductor":
                 cmd += ["--config-file", str(Path(state.workdir) / "conductor.conf")]
             # A session of its own: api workers are forked children, stop() ends the group.
             # The package's management-driver scripts run in the conductor, with its env.
-            env = {**os.environ, "LCCN_HOOK_CONFIG": str(state.hook_config)}
+            env = {**base_env, "LCCN_HOOK_CONFIG": str(state.hook_config)}
             with (Path(state.workdir) / "logs" / f"{name}.out").open("wb") as out:
                 proc = subprocess.Popen(
                     cmd,
@@ -561,6 +605,48 @@ def onboard(state: BedState, zip_path: Path, *, timeout: float = 60.0, record: b
 def _upload_failed(state: BedState) -> bool:
     log = Path(state.workdir) / "logs" / "tacker-conductor.log"
     return log.is_file() and "ERROR" in log.read_text(errors="replace")
+
+
+def register_openstack_vim(
+    state: BedState,
+    auth_url: str,
+    login: dict[str, str],
+    *,
+    name: str = "default-openstack",
+    default: bool = True,
+) -> str:
+    """Register the default OpenStack VIM (``POST /v1.0/vims``): what ``/vnflcm/v1`` needs
+    to create an instance without ``vimConnectionInfo``, as seed 000's ``openstack vim
+    list`` shows. Tacker checks the login with Keystone (a token, ``GET /v3/regions``).
+
+    ``login``: ``username``, ``password``, ``project_name`` and the domains. Returns the
+    VIM id.
+    """
+    body = {
+        "vim": {
+            "type": "openstack",
+            "name": name,
+            "description": "the cloud of the test bed (its simulated OpenStack)",
+            "is_default": default,
+            "tenant_id": PROJECT_ID,
+            "auth_url": auth_url,
+            "auth_cred": {
+                "username": login["username"],
+                "password": login["password"],
+                "user_domain_name": login.get("user_domain_name", "Default"),
+                "cert_verify": "False",
+            },
+            "vim_project": {
+                "name": login["project_name"],
+                "project_domain_name": login.get("project_domain_name", "Default"),
+            },
+        }
+    }
+    status, _, answer = request("POST", f"{state.url}/v1.0/vims", body)
+    if status != 201:
+        raise BedError(f"register the OpenStack VIM: {status} {answer}")
+    vim_id = str(answer["vim"]["id"])
+    return vim_id
 
 
 def build_and_onboard(state: BedState, package: str = "kubernetes_cluster") -> str:

@@ -30,9 +30,10 @@ from tests.tacker_fixtures import (  # one Tacker bed per run, for every tier
     pytest_terminal_summary,
     recorder,
     tacker,
+    v1_vnfd,
 )
 
-__all__ = ["bed", "pg_url", "pytest_terminal_summary", "recorder", "tacker"]
+__all__ = ["bed", "pg_url", "pytest_terminal_summary", "recorder", "tacker", "v1_vnfd"]
 
 
 # The markers a tier directory gives every test in it (tests/README.md).

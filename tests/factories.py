@@ -111,6 +111,59 @@ def op_occ(
     return body
 
 
+def v1_op_occ(
+    *,
+    instance: str | None = None,
+    op_occ_id: str | None = None,
+    operation: str = "INSTANTIATE",
+    state: str = "COMPLETED",
+    base: str = "http://127.0.0.1:9890",
+    error: str | None = None,
+) -> dict[str, Any]:
+    """What Tacker 16.0.0's v1 conductor posts: ``_send_lcm_op_occ_notification`` builds it
+    (START until a settled state; ``affected*`` and ``changedExtConnectivity`` and, on a
+    failure, ``error`` as the exception's bare text), ``send_notification`` adds ``id``,
+    ``subscriptionId``, ``_links.subscription`` and a ``timeStamp`` with no zone."""
+    instance = instance or uid()
+    op_occ_id = op_occ_id or uid()
+    sub = uid()
+    body: dict[str, Any] = {
+        "notificationType": "VnfLcmOperationOccurrenceNotification",
+        "notificationStatus": "START",
+        "operationState": state,
+        "vnfInstanceId": instance,
+        "operation": operation,
+        "isAutomaticInvocation": False,
+        "vnfLcmOpOccId": op_occ_id,
+        "_links": {
+            "vnfInstance": {"href": f"{base}/vnflcm/v1/vnf_instances/{instance}"},
+            "vnfLcmOpOcc": {"href": f"{base}/vnflcm/v1/vnf_lcm_op_occs/{op_occ_id}"},
+        },
+    }
+    if state in ("COMPLETED", "FAILED_TEMP", "FAILED"):
+        body["affectedVnfcs"] = [
+            {
+                "id": uid(),
+                "vduId": "workerNode",
+                "changeType": "ADDED",
+                "computeResource": {
+                    "vimConnectionId": uid(),
+                    "resourceId": uid(),
+                    "vimLevelResourceType": "OS::Nova::Server",
+                },
+            }
+        ]
+        body["notificationStatus"] = "RESULT"
+        body["changedExtConnectivity"] = []
+        if state != "COMPLETED":
+            body["error"] = error or "Heat stack create failed"
+    body["id"] = uid()
+    body["subscriptionId"] = sub
+    body["_links"]["subscription"] = {"href": f"{base}//vnflcm/v1/subscriptions/{sub}"}
+    body["timeStamp"] = "2026-11-22T03:50:00.123456"
+    return body
+
+
 def identifier(
     kind: str = "Creation", *, instance: str | None = None, version: int = 2
 ) -> dict[str, Any]:

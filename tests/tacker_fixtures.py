@@ -1,8 +1,9 @@
 """The one real Tacker 16.0.0 of a test run, shared by every tier that needs it (``tacker``,
 ``e2e``, ``k8s``): ``bed`` (the running Tacker with our sample package onboarded),
-``tacker`` (a synchronous client of it) and ``recorder`` (a subscriber that records what
-Tacker sent). The root conftest imports these, so pytest holds one definition of each and
-a session starts Tacker once, however many tiers it runs.
+``tacker`` (a synchronous client of it), ``recorder`` (a subscriber that records what
+Tacker sent) and ``v1_vnfd`` (the v1 package, onboarded when a v1 test asks). The root
+conftest imports these, so pytest holds one definition of each and a session starts
+Tacker once, however many tiers it runs.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ def bed() -> Iterator[tacker_bed.BedState]:
         yield state
     finally:
         tacker_bed.stop(state)
+
+
+@pytest.fixture(scope="session")
+def v1_vnfd(bed: tacker_bed.BedState) -> str:
+    """The vnfdId of the v1 package (BaseHOT + user data, seed 000's format) on the run's
+    bed, onboarded once for the tiers that drive the v1 API."""
+    t0 = time.monotonic()
+    vnfd_id = tacker_bed.build_and_onboard(bed, "kubernetes_cluster_v1")
+    _timings["onboard v1"] = round(time.monotonic() - t0, 1)
+    return vnfd_id
 
 
 @pytest.fixture(scope="session")

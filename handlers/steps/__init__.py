@@ -66,6 +66,7 @@ from handlers.steps.vim import (
     cluster_access,
     delete_vim,
     register_vim,
+    reregister_vim,
     write_back,
 )
 
@@ -97,6 +98,7 @@ __all__ = [
     "register_pvs",
     "register_vim",
     "release_pvs",
+    "reregister_vim",
     "retire_nodes",
     "select_leaving",
     "storage_server",

@@ -16,6 +16,7 @@ from handlers.toolkit import hosts, kubeadm, kubectl, proxy
 from handlers.toolkit.topology import discover
 from subscriber.errors import PermanentStepError, SkipStep, TransientStepError
 from subscriber.kernel import JobContext, Step, StepResult
+from subscriber.kernel.ports import ClusterNode
 
 __all__ = [
     "HOST_LABEL",
@@ -36,8 +37,7 @@ def discover_nodes(job: ClusterJob) -> Step:
     """The instance's nodes from Tacker's VNFCs, Heat's ports and Nova; saved as inventory."""
 
     async def run(ctx: JobContext) -> Discovered:
-        tacker = ctx.services.need_tacker()
-        instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
+        instance = await job.instance(ctx)
         state = instance.get("instantiationState")
         if state not in (None, "INSTANTIATED"):
             raise PermanentStepError(
@@ -59,21 +59,26 @@ def survey_nodes(job: ClusterJob) -> Step:
     """
 
     async def run(ctx: JobContext) -> Discovered:
-        tacker = ctx.services.need_tacker()
-        instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
+        instance = await job.instance(ctx)
         topo = await discover(instance, await job.params(ctx), ctx.services.need_openstack())
         before = {n.name: n for n in await ctx.services.need_inventory().nodes(ctx.vnf_instance_id)}
         now = {n.name: n for n in topo.nodes}
         changes = Membership(
             added=tuple(sorted(set(now) - set(before))),
-            replaced=tuple(
-                sorted(n for n in now if n in before and before[n].vnfc_id != now[n].vnfc_id)
-            ),
+            replaced=tuple(sorted(n for n in now if n in before and _rebuilt(before[n], now[n]))),
             departed=tuple(before[n] for n in sorted(set(before) - set(now))),
         )
         return Discovered.of(topo, changes)
 
     return Step(Discovered.step, run, idempotent=True, timeout=120.0, makes=Discovered)
+
+
+def _rebuilt(before: ClusterNode, now: ClusterNode) -> bool:
+    """A new VM under a node's name: v2 gives a healed VNFC a new id, v1 keeps the id and
+    shows the new Nova server."""
+    if before.vnfc_id != now.vnfc_id:
+        return True
+    return bool(before.server_id and now.server_id and before.server_id != now.server_id)
 
 
 class Uploaded(StepResult):

@@ -69,7 +69,7 @@ def confirm(job: ClusterJob) -> Step:
             )
         try:
             instance: dict[str, Any] = await ctx.services.need_tacker().get_vnf_instance(
-                instance_id
+                instance_id, api=job.api
             )
         except TackerRejected as exc:
             if not _missing(exc):

@@ -37,10 +37,13 @@ def _storage(params: K8sClusterInstallationParams, empty: StepResult) -> Storage
     return params.storage_server
 
 
-async def _server(ctx: JobContext, storage_params: StorageServerParams) -> storage.StorageServer:
-    tacker = ctx.services.need_tacker()
-    instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
-    return await storage.find_server(instance, storage_params, ctx.services.need_openstack())
+async def _server(
+    job: ClusterJob, ctx: JobContext, storage_params: StorageServerParams
+) -> storage.StorageServer:
+    instance = await job.instance(ctx)
+    return await storage.find_server(
+        instance, storage_params, ctx.services.need_openstack(), job.api
+    )
 
 
 class StorageReady(StepResult):
@@ -57,7 +60,7 @@ def storage_server(job: ClusterJob) -> Step:
         params = await job.params(ctx)
         conf = _storage(params, StorageReady())
         shell, openstack = await job.shell(ctx), ctx.services.need_openstack()
-        server = await _server(ctx, conf)
+        server = await _server(job, ctx, conf)
         volumes: dict[str, dict[str, Any]] = {}
         for volume in conf.cinder_volume_setup_params:
             device = await storage.volume_device(server, volume.volume_resource_id, openstack)
@@ -138,7 +141,7 @@ def register_pvs(job: ClusterJob) -> Step:
         via = await kubeadm.anchor(shell, topo)
         if via is None:
             raise TransientStepError("no master of the cluster is ready", step="register-pvs")
-        server = await _server(ctx, conf)
+        server = await _server(job, ctx, conf)
         done: dict[str, str] = {}
         for pv in await _volumes(job, ctx, server, "register-pvs"):
             done[pv.name] = await storage.register_pv(
@@ -169,7 +172,7 @@ def release_pvs(job: ClusterJob) -> Step:
     async def run(ctx: JobContext) -> PvsReleased:
         params = await job.params(ctx)
         conf = _storage(params, PvsReleased())
-        server = await _server(ctx, conf)
+        server = await _server(job, ctx, conf)
         servers = set(ctx.result(DrainServers).servers)
         if not servers & {server.server_id, server.vnfc_id}:
             raise SkipStep("the storage server is not leaving", PvsReleased())

@@ -4,6 +4,13 @@ the ``vimConnectionInfo`` write-back, and on TERMINATE their removal.
 The bearer token is never stored: ``cluster-access`` stores the endpoint and CA
 once the token controller filled the token, and the steps that hand the token
 to Tacker read it from the main master again.
+
+The VIM's lifecycle is Tacker's v1 driver's (seeds 000 and 003): registered on
+INSTANTIATE as ``vim_name`` or ``kubernetes_vim_<instance id>`` (a VIM of that name
+is reused only when we registered it for this instance, never when it is someone
+else's), registered anew after a whole-VNF heal (new CA and token), deleted on
+TERMINATE whatever its name. ``tacker.register_vim`` says for which instances: by
+default those of the v1 API.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ from pydantic import SecretStr
 from handlers.job import ClusterJob
 from handlers.results import ClusterAccess, Discovered, VimRegistration
 from handlers.toolkit import kubectl
-from subscriber.errors import SkipStep
+from schemas.lcm import operation_params
+from subscriber.errors import SkipStep, TackerRejected
 from subscriber.kernel import JobContext, Step, StepResult
 from subscriber.kernel.ports import KubernetesAccess
 
@@ -25,6 +33,7 @@ __all__ = [
     "cluster_access",
     "delete_vim",
     "register_vim",
+    "reregister_vim",
     "write_back",
 ]
 
@@ -84,16 +93,11 @@ async def _access(
 
 
 def register_vim(job: ClusterJob) -> Step:
-    """``POST /v1.0/vims`` when the Tacker client has registration on (v1's driver did)."""
+    """``POST /v1.0/vims`` when registration is on for the instance's API (by default v1,
+    as Tacker's v1 driver did); a VIM of ours already there for the endpoint is kept."""
 
     async def run(ctx: JobContext) -> VimRegistration:
-        name = await job.vim_name(ctx)
-        tacker = ctx.services.need_tacker()
-        access = await _access(job, ctx, "register-vim")
-        vim_id = await tacker.register_vim(name, access, owner=ctx.vnf_instance_id)
-        if vim_id is None:
-            raise SkipStep("VIM registration is off", VimRegistration())
-        return VimRegistration(vim_id=vim_id, vim_name=name)
+        return await _register(job, ctx, replace=False)
 
     return Step(
         VimRegistration.step,
@@ -105,11 +109,52 @@ def register_vim(job: ClusterJob) -> Step:
     )
 
 
-def has_entry(instance: dict[str, Any], endpoint: str, ca: str | None) -> bool:
-    """Whether ``vimConnectionInfo`` already holds our entry for ``endpoint`` and ``ca``.
+async def _register(job: ClusterJob, ctx: JobContext, *, replace: bool) -> VimRegistration:
+    name = await job.vim_name(ctx)
+    tacker = ctx.services.need_tacker()
+    access = await _access(job, ctx, VimRegistration.step)
+    vim_id = await tacker.register_vim(
+        name, access, owner=ctx.vnf_instance_id, api=job.api, replace=replace
+    )
+    if vim_id is None:
+        raise SkipStep(f"VIM registration is off for {job.api} instances", VimRegistration())
+    return VimRegistration(vim_id=vim_id, vim_name=name)
 
-    An entry for the endpoint that names another CA is a cluster built before
-    (a whole-VNF heal keeps the addresses but makes a new CA and token): not ours.
+
+async def whole_vnf_heal(job: ClusterJob, ctx: JobContext) -> bool:
+    """Whether the HEAL request named no VNFC: the whole VNF was rebuilt (v1, SOL003)."""
+    request = operation_params(await job.op_occ(ctx))
+    return not request.get("vnfcInstanceId")
+
+
+def reregister_vim(job: ClusterJob) -> Step:
+    """HEAL: after a whole-VNF heal the cluster is new (CA, token): its VIM is registered
+    anew, as Tacker's driver's ``heal_end`` reruns ``instantiate_end``. A heal of some
+    VNFCs keeps the cluster, and the VIM is left as it is."""
+
+    async def run(ctx: JobContext) -> VimRegistration:
+        if not await whole_vnf_heal(job, ctx):
+            raise SkipStep("the heal kept the cluster: its VIM stays", VimRegistration())
+        return await _register(job, ctx, replace=True)
+
+    return Step(
+        VimRegistration.step,
+        run,
+        idempotent=True,
+        timeout=120.0,
+        needs=(Discovered, ClusterAccess),
+        makes=VimRegistration,
+    )
+
+
+def has_entry(
+    instance: dict[str, Any], endpoint: str, ca: str | None, vim_id: str | None = None
+) -> bool:
+    """Whether ``vimConnectionInfo`` already holds our entry for ``endpoint`` and ``ca``
+    (and, v1, the VIM ``vim_id``).
+
+    An entry for the endpoint that names another CA, or another VIM, is a cluster built
+    before (a whole-VNF heal keeps the addresses but makes a new CA and token): not ours.
     """
     info = instance.get("vimConnectionInfo") or {}
     entries = info.values() if isinstance(info, dict) else info
@@ -119,6 +164,8 @@ def has_entry(instance: dict[str, Any], endpoint: str, ca: str | None) -> bool:
         interface = entry.get("interfaceInfo") or {}
         access = entry.get("accessInfo") or {}
         if endpoint not in (interface.get("endpoint"), access.get("authUrl")):
+            continue
+        if vim_id is not None and entry.get("vimId") != vim_id:
             continue
         known = interface.get("ssl_ca_cert")
         if not ca or not known or known.strip() == ca.strip():
@@ -137,8 +184,9 @@ def write_back(job: ClusterJob) -> Step:
     async def run(ctx: JobContext) -> WrittenBack:
         tacker = ctx.services.need_tacker()
         endpoint = job.access(ctx).endpoint
-        instance = await tacker.get_vnf_instance(ctx.vnf_instance_id)
-        if has_entry(instance, endpoint, job.access(ctx).ssl_ca_cert):
+        instance = await job.instance(ctx)
+        vim = job.vim(ctx)
+        if has_entry(instance, endpoint, job.access(ctx).ssl_ca_cert, vim.vim_id if vim else None):
             raise SkipStep(
                 f"vimConnectionInfo already has {endpoint}", WrittenBack(endpoint=endpoint)
             )
@@ -158,18 +206,22 @@ def write_back(job: ClusterJob) -> Step:
 
 class VimDeleted(StepResult):
     vim_name: str
-    deleted: bool = False
+    deleted: tuple[str, ...] = ()
 
 
 def delete_vim(job: ClusterJob) -> Step:
-    """TERMINATE: the VIM we registered for this instance, by the name INSTANTIATE used, if
-    there is one (a same-named VIM we did not register for it is never deleted)."""
+    """TERMINATE: the VIMs we registered for this instance, whatever their name (the
+    INSTANTIATE parameters' ``vim_name`` too); a VIM of that name that is someone
+    else's fails the step and is never deleted."""
 
     async def run(ctx: JobContext) -> VimDeleted:
         name = await job.vim_name(ctx)
-        if not await ctx.services.need_tacker().delete_vim(name, owner=ctx.vnf_instance_id):
-            raise SkipStep(f"no VIM named {name}", VimDeleted(vim_name=name))
-        return VimDeleted(vim_name=name, deleted=True)
+        deleted = await ctx.services.need_tacker().delete_vim(
+            name, owner=ctx.vnf_instance_id, api=job.api
+        )
+        if not deleted:
+            raise SkipStep(f"no VIM of ours for {ctx.vnf_instance_id}", VimDeleted(vim_name=name))
+        return VimDeleted(vim_name=name, deleted=tuple(deleted))
 
     return Step("delete-vim", run, idempotent=True, timeout=120.0)
 
@@ -180,13 +232,26 @@ class WriteBackCleared(StepResult):
 
 
 def clear_write_back(job: ClusterJob) -> Step:
-    """TERMINATE, v1 only: remove our ``vimConnectionInfo`` entry. Tacker v2 resets
-    vimConnectionInfo itself at TERMINATE and refuses a PATCH during and after it."""
+    """TERMINATE, v1 only: blank our ``vimConnectionInfo`` entry of an instance still
+    INSTANTIATED. Tacker (v1 and v2) resets vimConnectionInfo itself when TERMINATE
+    completes, and refuses ``vimConnectionInfo`` in a PATCH to a NOT_INSTANTIATED
+    instance: then nothing is sent."""
 
     async def run(ctx: JobContext) -> WriteBackCleared:
         if job.api == "v2":
             raise SkipStep(
                 "Tacker v2 resets vimConnectionInfo at TERMINATE", WriteBackCleared(api=job.api)
+            )
+        try:
+            instance = await job.instance(ctx)
+        except TackerRejected as exc:
+            if exc.status != 404:
+                raise
+            instance = {}
+        if instance.get("instantiationState") != "INSTANTIATED":
+            raise SkipStep(
+                "the instance is not instantiated: Tacker reset its vimConnectionInfo",
+                WriteBackCleared(api=job.api),
             )
         await ctx.services.need_tacker().clear_write_back(ctx.vnf_instance_id, api=job.api)
         return WriteBackCleared(api=job.api, cleared=True)

@@ -1,11 +1,14 @@
 """The cluster parameters of an operation, and the API version it speaks.
 
 Parameters come from the op-occ at hand (``GET vnf_lcm_op_occs/{id}``,
-``operationParams.additionalParams``), else from the parameters the instance
-saved at instantiation (v1: ``instantiatedVnfInfo.additionalParams``), else from
-the instance's last completed INSTANTIATE op-occ (v2 keeps no instantiation
-parameters on the instance; Tacker's own v2 driver makes every scale and heal
-request repeat them, we do not).
+``operationParams.additionalParams``; v1 shows ``operationParams`` as JSON text),
+else from the parameters the instance saved at instantiation (v1:
+``instantiatedVnfInfo.additionalParams``, snake_case or, as older Tacker showed
+them, ``k8sClusterInstallationParam`` in camelCase), else from the instance's last
+completed INSTANTIATE op-occ (v2 keeps no instantiation parameters on the
+instance, and a TERMINATE'd v1 instance none any more; Tacker's own v2 driver
+makes every scale and heal request repeat them, we do not). Every read goes to
+the API the instance was made with (the notification's links say which).
 They hold passwords: keep them in memory, never in a step result or a log.
 
 A VNF with no parameters anywhere whose every VIM is a Kubernetes or Helm one is a
@@ -18,30 +21,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from schemas import Notification, VnfLcmOperationOccurrenceNotification
+from schemas import VnfLcmOperationOccurrenceNotification
 from schemas.cluster_params import (
     PARAM_KEY,
     K8sClusterInstallationParams,
     apply_credential_overrides,
     parse_cluster_params,
 )
+from schemas.lcm import api_version, operation_params, saved_params
 from subscriber.errors import ClusterParamsError, NotACluster, PermanentStepError, TackerRejected
 from subscriber.kernel.ports import ApiVersion, TackerApi
 
-__all__ = ["CNF_VIM_TYPES", "api_version", "load_params"]
+__all__ = ["CNF_VIM_TYPES", "api_version", "instantiated_with", "load_params"]
 
 # The VIM types of a VNF deployed on Kubernetes (v2, v2 Helm, v1).
 CNF_VIM_TYPES = frozenset({"ETSINFV.KUBERNETES.V_1", "ETSINFV.HELM.V_3", "kubernetes"})
-
-
-def api_version(notification: Notification) -> ApiVersion:
-    """The VNF LCM API version of the notification (its links say ``/vnflcm/v1/``)."""
-    if (
-        isinstance(notification, VnfLcmOperationOccurrenceNotification)
-        and "/vnflcm/v1/" in notification.links.vnfInstance.href
-    ):
-        return "v1"
-    return "v2"
 
 
 def _mapping(data: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any] | None:
@@ -52,7 +46,9 @@ def _mapping(data: Mapping[str, Any] | None, *path: str) -> Mapping[str, Any] | 
     return data if isinstance(data, Mapping) else None
 
 
-async def _instantiated_with(tacker: TackerApi, vnf_instance_id: str) -> Mapping[str, Any]:
+async def instantiated_with(
+    tacker: TackerApi, vnf_instance_id: str, api: ApiVersion
+) -> Mapping[str, Any]:
     """``operationParams`` of the instance's newest COMPLETED INSTANTIATE op-occ that carries
     cluster parameters, else of the newest one (its VIMs still say what the VNF is), else {}.
 
@@ -61,24 +57,26 @@ async def _instantiated_with(tacker: TackerApi, vnf_instance_id: str) -> Mapping
     their instance, so this answers after a TERMINATE and DELETE too.
     """
     occs = await tacker.list_op_occs(
-        f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,INSTANTIATE)"
+        f"(eq,vnfInstanceId,{vnf_instance_id});(eq,operation,INSTANTIATE)", api=api
     )
     done = [o for o in occs if o.get("operationState") == "COMPLETED"]
     done.sort(key=lambda o: str(o.get("stateEnteredTime") or o.get("startTime") or ""))
     newest: Mapping[str, Any] = {}
     for listed in reversed(done):
-        occ = await tacker.get_op_occ(str(listed["id"]))
-        operation_params = _mapping(occ, "operationParams") or {}
-        newest = newest or operation_params
-        if PARAM_KEY in (_mapping(operation_params, "additionalParams") or {}):
-            return operation_params
+        occ = await tacker.get_op_occ(str(listed["id"]), api=api)
+        params = operation_params(occ)
+        newest = newest or params
+        if PARAM_KEY in (_mapping(params, "additionalParams") or {}):
+            return params
     return newest
 
 
-async def _instance(tacker: TackerApi, notification: VnfLcmOperationOccurrenceNotification) -> Any:
+async def _instance(
+    tacker: TackerApi, notification: VnfLcmOperationOccurrenceNotification, api: ApiVersion
+) -> Any:
     """The instance, or ``{}`` when a TERMINATE's instance was deleted since (Tacker 404)."""
     try:
-        return await tacker.get_vnf_instance(notification.vnfInstanceId)
+        return await tacker.get_vnf_instance(notification.vnfInstanceId, api=api)
     except TackerRejected as exc:
         if notification.operation.value == "TERMINATE" and getattr(exc, "status", None) == 404:
             return {}
@@ -122,22 +120,21 @@ async def load_params(
     n = notification
     api = api_version(n)
     if occ is None:
-        occ = await tacker.get_op_occ(n.vnfLcmOpOccId)
-    request = _mapping(occ, "operationParams", "additionalParams") or {}
+        occ = await tacker.get_op_occ(n.vnfLcmOpOccId, api=api)
+    operation = operation_params(occ)
+    request = _mapping(operation, "additionalParams") or {}
     try:
         if PARAM_KEY in request:
             return parse_cluster_params(request, api=api)
-        instance = await _instance(tacker, n)
-        saved = _mapping(instance, "instantiatedVnfInfo", "additionalParams") or _mapping(
-            instance, "additionalParams"
-        )
+        instance = await _instance(tacker, n, api)
+        saved: Mapping[str, Any] | None = saved_params(instance)
         instantiated: Mapping[str, Any] = {}
         if (not saved or PARAM_KEY not in saved) and n.operation.value != "INSTANTIATE":
-            instantiated = await _instantiated_with(tacker, n.vnfInstanceId)
+            instantiated = await instantiated_with(tacker, n.vnfInstanceId, api)
             saved = _mapping(instantiated, "additionalParams")
         if not saved or PARAM_KEY not in saved:
             vims = _vim_types(
-                (_mapping(occ, "operationParams") or {}).get("vimConnectionInfo"),
+                operation.get("vimConnectionInfo"),
                 instance.get("vimConnectionInfo"),
                 instantiated.get("vimConnectionInfo"),
             )

@@ -47,9 +47,10 @@ from typing import Any
 import yaml
 
 from handlers.toolkit.shell import NodeShell
-from handlers.toolkit.topology import ip_address_of
+from handlers.toolkit.topology import VnfcStacks, ip_address_of
 from schemas.cluster_params import (
     PARAM_KEY,
+    ApiVersion,
     NfsServerSetup,
     StorageServerParams,
 )
@@ -200,7 +201,10 @@ def _fixed(addresses: Any, what: str) -> str:
 
 
 async def find_server(
-    instance: Mapping[str, Any], storage: StorageServerParams, openstack: OpenStackLookups
+    instance: Mapping[str, Any],
+    storage: StorageServerParams,
+    openstack: OpenStackLookups,
+    api: ApiVersion = "v2",
 ) -> StorageServer:
     """The storage VNFC (the one with a CP named ``storage.ssh_cp_name``), its addresses.
 
@@ -220,9 +224,7 @@ async def find_server(
         )
     vnfc = vnfcs[0]
     vnfc_id = str(vnfc.get("id", ""))
-    stack_id = (vnfc.get("metadata") or {}).get("stack_id")
-    if not stack_id:
-        raise DiscoveryError(f"storage VNFC {vnfc_id} has no metadata.stack_id")
+    stack_id = await VnfcStacks(instance, openstack, api).of(vnfc)
     ssh = await openstack.port_addresses(stack_id, storage.ssh_cp_name)
     nic_cp = storage.nic_cp_name or storage.ssh_cp_name
     nic = ssh if nic_cp == storage.ssh_cp_name else await openstack.port_addresses(stack_id, nic_cp)

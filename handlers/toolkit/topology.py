@@ -1,16 +1,19 @@
 """Node discovery: which VNFC VMs make the cluster, their addresses and names.
 
-The way Tacker's v2 driver finds them (TACKER.md §1.4):
+The way Tacker's drivers find them (TACKER.md §1.4):
 
 * VNFCs from ``instantiatedVnfInfo.vnfcResourceInfo`` (``GET vnf_instances``),
   those of ``master_node.vdu_id`` / ``worker_node.vdu_id``; without a
   ``vdu_id`` (v1), those with a CP named ``ssh_cp_name``;
-* each VNFC's nested stack is ``metadata.stack_id``; its ``nic_cp_name`` port's
-  first fixed IP is the node's address, its ``ssh_cp_name`` port's floating IP
-  (else fixed IP) is where we SSH to;
-* the cluster IP is ``cluster_cp_name``'s fixed IP in the top stack
-  ``vnf-{id}/{instantiatedVnfInfo.metadata.stack_id}`` when there are several
-  masters (the VIP port), else in the master's nested stack;
+* each VNFC's stack (:class:`VnfcStacks`): v2 names it, ``metadata.stack_id``; v1
+  shows only the VNFC's Nova server (``computeResource.resourceId``), so its stack
+  is the one holding that server under the instance's top stack ``vnflcm_{id}``
+  (an AutoScalingGroup member's nested stack with ``aspect_id``, else the top
+  stack itself). Its ``nic_cp_name`` port's first fixed IP is the node's address,
+  its ``ssh_cp_name`` port's floating IP (else fixed IP) is where we SSH to;
+* the cluster IP is ``cluster_cp_name``'s fixed IP in the top stack (v2
+  ``vnf-{id}/{instantiatedVnfInfo.metadata.stack_id}``, v1 ``vnflcm_{id}``) when
+  there are several masters (the VIP port), else in the master's own stack;
   ``cluster_fip_name`` gives the floating IP the VIM is registered with;
 * the compute host from Nova (``OS-EXT-SRV-ATTR:host``).
 
@@ -30,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from schemas.cluster_params import K8sClusterInstallationParams, NodeParams
+from schemas.cluster_params import ApiVersion, K8sClusterInstallationParams, NodeParams
 from subscriber.errors import DiscoveryError
 from subscriber.kernel.ports import ClusterNode, OpenStackLookups, PortAddresses
 
@@ -38,6 +41,7 @@ __all__ = [
     "API_PORT",
     "HA_PORT",
     "Topology",
+    "VnfcStacks",
     "checked_node_name",
     "discover",
     "ip_address_of",
@@ -166,6 +170,76 @@ def _select(vnfcs: list[Mapping[str, Any]], group: NodeParams) -> list[Mapping[s
     ]
 
 
+def v1_top_stack(instance_id: str) -> str:
+    """The Heat stack Tacker's v1 API makes for an instance (BaseHOT + user data)."""
+    return f"vnflcm_{instance_id}"
+
+
+class VnfcStacks:
+    """The Heat stack of each VNFC of one instance, and of the instance itself.
+
+    v2 names them (``metadata.stack_id``); v1 does not, and the servers' stacks are
+    then read once from Heat (:meth:`OpenStackLookups.server_stacks`).
+    """
+
+    def __init__(
+        self, instance: Mapping[str, Any], openstack: OpenStackLookups, api: ApiVersion
+    ) -> None:
+        self._instance = instance
+        self._openstack = openstack
+        self._api = api
+        self._servers: dict[str, str] | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def instance_id(self) -> str:
+        return str(self._instance.get("id", ""))
+
+    def top(self) -> str:
+        """The instance's top stack: ``vnf-{id}/{metadata.stack_id}`` (v2) or ``vnflcm_{id}``.
+
+        Raises:
+            DiscoveryError: a v2 instance without ``instantiatedVnfInfo.metadata.stack_id``.
+        """
+        if self._api == "v1":
+            return v1_top_stack(self.instance_id)
+        info = self._instance.get("instantiatedVnfInfo") or {}
+        top_id = (info.get("metadata") or {}).get("stack_id")
+        if not top_id:
+            raise DiscoveryError(
+                f"VNF instance {self.instance_id} has no instantiatedVnfInfo.metadata.stack_id "
+                "(its top stack)"
+            )
+        return f"vnf-{self.instance_id}/{top_id}"
+
+    async def of(self, vnfc: Mapping[str, Any]) -> str:
+        """The stack holding the VNFC's server and ports.
+
+        Raises:
+            DiscoveryError: the VNFC names no stack and no server of the instance's stack.
+        """
+        stack_id = (vnfc.get("metadata") or {}).get("stack_id")
+        if stack_id:
+            return str(stack_id)
+        server_id = (vnfc.get("computeResource") or {}).get("resourceId")
+        what = f"VNFC {vnfc.get('id', '')} ({vnfc.get('vduId')})"
+        if not server_id:
+            raise DiscoveryError(
+                f"{what} has neither metadata.stack_id nor computeResource.resourceId: "
+                "its VM cannot be found in Heat"
+            )
+        async with self._lock:
+            if self._servers is None:
+                self._servers = await self._openstack.server_stacks(self.top())
+        found = self._servers.get(str(server_id))
+        if found is None:
+            raise DiscoveryError(
+                f"{what}: its server {server_id} is in no stack of {self.top()} "
+                "(and the VNFC has no metadata.stack_id)"
+            )
+        return found
+
+
 def _first_fixed(ports: PortAddresses, what: str) -> str:
     if not ports.fixed_ips:
         raise DiscoveryError(f"{what} has no fixed IP in Heat")
@@ -181,17 +255,13 @@ def _reachable(ports: PortAddresses, what: str) -> str:
 
 async def _node(
     openstack: OpenStackLookups,
+    stacks: VnfcStacks,
     vnfc: Mapping[str, Any],
     group: NodeParams,
     role: Literal["master", "worker"],
 ) -> ClusterNode:
     vnfc_id = str(vnfc.get("id", ""))
-    stack_id = (vnfc.get("metadata") or {}).get("stack_id")
-    if not stack_id:
-        raise DiscoveryError(
-            f"VNFC {vnfc_id} ({vnfc.get('vduId')}) has no metadata.stack_id: "
-            "its VM cannot be found in Heat"
-        )
+    stack_id = await stacks.of(vnfc)
     nic_cp = group.nic_cp
     nic = await openstack.port_addresses(stack_id, nic_cp)
     nic_ip = _first_fixed(nic, f"{nic_cp} of VNFC {vnfc_id}")
@@ -241,9 +311,14 @@ async def discover(
     if not master_vnfcs:
         which = params.master_node.vdu_id or params.master_node.ssh_cp_name
         raise DiscoveryError(f"VNF instance {instance_id} has no master VNFC ({which})")
+    stacks = VnfcStacks(instance, openstack, params.api_version)
     masters, workers = await asyncio.gather(
-        asyncio.gather(*(_node(openstack, v, params.master_node, "master") for v in master_vnfcs)),
-        asyncio.gather(*(_node(openstack, v, params.worker_node, "worker") for v in worker_vnfcs)),
+        asyncio.gather(
+            *(_node(openstack, stacks, v, params.master_node, "master") for v in master_vnfcs)
+        ),
+        asyncio.gather(
+            *(_node(openstack, stacks, v, params.worker_node, "worker") for v in worker_vnfcs)
+        ),
     )
     ordered_masters = sorted(masters, key=_ip_key)
     ordered_workers = sorted(workers, key=_ip_key)
@@ -253,16 +328,8 @@ async def discover(
         raise DiscoveryError(f"two VNFCs would be the same node: {', '.join(dupes)}")
 
     master = params.master_node
-    if len(ordered_masters) > 1:
-        top_id = (info.get("metadata") or {}).get("stack_id")
-        if not top_id:
-            raise DiscoveryError(
-                f"VNF instance {instance_id} has no instantiatedVnfInfo.metadata.stack_id "
-                "(needed for the cluster VIP of an HA cluster)"
-            )
-        stack = f"vnf-{instance_id}/{top_id}"
-    else:
-        stack = ordered_masters[0].stack_id or ""
+    # The VIP port of an HA cluster is in the top stack; a single master's CP in its own.
+    stack = stacks.top() if len(ordered_masters) > 1 else ordered_masters[0].stack_id or ""
     cluster_port = await openstack.port_addresses(stack, master.cluster_cp_name)
     cluster_ip = _first_fixed(cluster_port, f"cluster CP {master.cluster_cp_name}")
     cluster_fip: str | None = None

@@ -51,17 +51,27 @@ class KubernetesAccess:
 
 
 class TackerApi(Protocol):
-    """Tacker's VNF LCM API as the handlers use it (v2 where v1 differs, ``api`` says which)."""
+    """Tacker's VNF LCM API as the handlers use it.
 
-    async def get_vnf_instance(self, vnf_instance_id: str) -> dict[str, Any]:
-        """``GET vnf_instances/{id}`` (secrets are stripped by Tacker)."""
+    Each instance is read and written through the API it was made with: ``api``
+    names it (``None``: the client's configured ``tacker.api_version``).
+    """
+
+    async def get_vnf_instance(
+        self, vnf_instance_id: str, *, api: ApiVersion | None = None
+    ) -> dict[str, Any]:
+        """``GET vnf_instances/{id}`` (v2 strips the secrets; v1 shows the entries as
+        they were written)."""
         ...
 
-    async def get_op_occ(self, op_occ_id: str) -> dict[str, Any]:
-        """``GET vnf_lcm_op_occs/{id}``; ``operationParams.additionalParams`` hold our params."""
+    async def get_op_occ(self, op_occ_id: str, *, api: ApiVersion | None = None) -> dict[str, Any]:
+        """``GET vnf_lcm_op_occs/{id}``; ``operationParams.additionalParams`` hold our params
+        (v1 shows ``operationParams`` as JSON text: see :func:`schemas.lcm.operation_params`)."""
         ...
 
-    async def list_op_occs(self, filter: str | None = None) -> list[dict[str, Any]]:
+    async def list_op_occs(
+        self, filter: str | None = None, *, api: ApiVersion | None = None
+    ) -> list[dict[str, Any]]:
         """``GET vnf_lcm_op_occs?filter=...`` (every page)."""
         ...
 
@@ -69,6 +79,11 @@ class TackerApi(Protocol):
         self, vnf_instance_id: str, access: KubernetesAccess, *, api: ApiVersion = "v2"
     ) -> str:
         """PATCH our Kubernetes entry into ``vimConnectionInfo`` and wait for its MODIFY_INFO.
+
+        v2: a ``ETSINFV.KUBERNETES.V_1`` entry of the map, with the endpoint, CA and
+        token. v1: an entry appended to the list, ``vimType: kubernetes`` with the
+        endpoint as ``accessInfo.authUrl`` and the VIM's id (the token and CA live in
+        the VIM, as with Tacker's v1 driver: v1 shows entries and requests unmasked).
 
         Returns the MODIFY_INFO op-occ id (recorded so its notifications are
         recognised as our own echo). Raises a retriable error on 409/5xx past
@@ -80,17 +95,31 @@ class TackerApi(Protocol):
         """Remove our entry (v1 only: v2 resets vimConnectionInfo itself at TERMINATE)."""
         ...
 
-    async def register_vim(self, name: str, access: KubernetesAccess, *, owner: str) -> str | None:
-        """``POST /v1.0/vims`` (type kubernetes); the VIM id, or None when registration is off.
+    async def register_vim(
+        self,
+        name: str,
+        access: KubernetesAccess,
+        *,
+        owner: str,
+        api: ApiVersion | None = None,
+        replace: bool = False,
+    ) -> str | None:
+        """``POST /v1.0/vims`` (type kubernetes); the VIM id, or None when registration is
+        off for ``api`` (``tacker.register_vim``: by default on for v1 instances only).
 
-        ``owner`` is the VNF instance: a same-named VIM is replaced only when we
-        registered it (for that instance); otherwise a permanent error.
+        ``owner`` is the VNF instance: a same-named VIM is reused (or, with
+        ``replace``, registered anew: new credentials) only when we registered it for
+        that instance; otherwise a permanent error.
         """
         ...
 
-    async def delete_vim(self, name: str, *, owner: str) -> bool:
-        """Delete the VIM we registered under ``name`` (for ``owner``); False if there was
-        none; a permanent error if that VIM is not ours."""
+    async def delete_vim(
+        self, name: str | None, *, owner: str, api: ApiVersion | None = None
+    ) -> list[str]:
+        """Delete the VIMs we registered for ``owner`` (whatever their name) and, given a
+        ``name``, refuse if a VIM of that name is someone else's (a permanent error,
+        nothing deleted). The names deleted; empty when there were none or registration
+        is off for ``api``."""
         ...
 
     async def vnf_package(self, vnfd_id: str, into: IO[bytes]) -> None:
@@ -127,6 +156,15 @@ class OpenStackLookups(Protocol):
 
     async def port_addresses(self, stack_id: str, cp_name: str) -> PortAddresses:
         """``GET stacks/{stack_id}/resources/{cp_name}`` -> fixed_ips / floating_ip_address."""
+        ...
+
+    async def server_stacks(self, stack: str) -> dict[str, str]:
+        """Every Nova server under ``stack`` (a name or name/id, nested stacks included):
+        server id -> the ``name/id`` of the stack that holds it (and its ports).
+
+        What v1 discovery uses: v1 shows a VNFC's server (``computeResource.resourceId``),
+        not its stack.
+        """
         ...
 
     async def server_host(self, server_id: str) -> str | None:

@@ -49,6 +49,7 @@ __all__ = [
     "filter_value",
     "is_our_vim",
     "segment",
+    "v1_list_patch",
     "vim_connection_entry",
     "vim_description",
 ]
@@ -132,17 +133,48 @@ def vim_connection_entry(
 ) -> Any:
     """Our complete Kubernetes ``vimConnectionInfo``: the v2 map, or the v1 list.
 
-    MODIFY_INFO does not fill anything in from the VIM DB, so the entry is complete.
+    v2: MODIFY_INFO does not fill anything in from the VIM DB, so the entry carries the
+    endpoint, CA and token. v1: the entry of Tacker's v1 driver (``vimType
+    kubernetes``, the endpoint as ``authUrl``, the VIM's id): v1 shows entries and keeps
+    the PATCH request as text, both unmasked, so the token and CA stay in the VIM.
+    The v1 entry is written in Tacker's stored (snake_case) form: the list merge keeps a
+    request's entry as given, and Tacker reads its entries back by ``vim_id``,
+    ``vim_type``, ``access_info`` (a camelCase entry makes every later GET fail).
     """
     vim_id = access.vim_id or _entry_id(vnf_instance_id, key + ":vim")
+    if api == "v1":
+        return [
+            {
+                "id": _entry_id(vnf_instance_id, key),
+                "vim_id": vim_id,
+                "vim_type": "kubernetes",
+                "interface_info": {},
+                "access_info": {"auth_url": access.endpoint},
+            }
+        ]
     entry = {
         "vimId": vim_id,
         "interfaceInfo": {"endpoint": access.endpoint, "ssl_ca_cert": access.ssl_ca_cert},
         "accessInfo": {"bearer_token": access.bearer_token.get_secret_value()},
     }
-    if api == "v2":
-        return {key: {**entry, "vimType": KUBERNETES_V2}}
-    return [{"id": _entry_id(vnf_instance_id, key), **entry, "vimType": "kubernetes"}]
+    return {key: {**entry, "vimType": KUBERNETES_V2}}
+
+
+def v1_list_patch(instance: Mapping[str, Any], ours: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The v1 ``vimConnectionInfo`` of a PATCH that puts ``ours`` *after* the instance's
+    other entries.
+
+    v1 merges by ``id`` and stores the request's entries first, then the ones it did
+    not name; Tacker's own operations use the first entry (the VIM the VNF runs on). So
+    every other entry is named, by id only (unchanged), ahead of ours.
+    """
+    mine = {str(e["id"]) for e in ours}
+    others = [
+        {"id": str(e["id"])}
+        for e in instance.get("vimConnectionInfo") or ()
+        if isinstance(e, Mapping) and e.get("id") and str(e["id"]) not in mine
+    ]
+    return [*others, *ours]
 
 
 class TackerClient(Component):
@@ -380,7 +412,7 @@ class TackerClient(Component):
         """
         deadline = time.monotonic() + (wait or self.settings.op_wait_timeout)
         while True:
-            occ = await self.get_op_occ(op_occ_id, api=api)
+            occ = await self._op_occ_state(op_occ_id, api or self.settings.api_version)
             state = occ.get("operationState")
             if state == "COMPLETED":
                 return occ
@@ -393,6 +425,21 @@ class TackerClient(Component):
             if time.monotonic() >= deadline:
                 raise TackerUnavailable(f"Tacker op-occ {op_occ_id} still {state} after waiting")
             await asyncio.sleep(self.settings.op_poll_interval)
+
+    async def _op_occ_state(self, op_occ_id: str, api: ApiVersion) -> dict[str, Any]:
+        """The op-occ as far as waiting needs it (state, operation, error).
+
+        Tacker 16.0.0's v1 keeps a MODIFY_INFO's request as the text of a Python dict and
+        its ``GET vnf_lcm_op_occs/{id}`` then fails (500, it parses that text as JSON), so
+        v1 reads the op-occ from the list, filtered by id, which leaves the request out.
+        """
+        if api == "v2":
+            return await self.get_op_occ(op_occ_id, api=api)
+        listed = await self.list_op_occs(f"(eq,id,{filter_value(op_occ_id)})", api=api)
+        found = [o for o in listed if o.get("id") == op_occ_id]
+        if not found:
+            raise TackerUnavailable(f"Tacker lists no op-occ {op_occ_id} (yet)")
+        return found[0]
 
     # -- TackerApi: write-back ---------------------------------------------------
 
@@ -412,11 +459,10 @@ class TackerClient(Component):
             TackerUnavailable: 409/5xx past the retries, or the op-occ did not finish in time.
             TackerRejected / TackerOpFailed: Tacker refused the PATCH or failed the op-occ.
         """
-        body = {
-            "vimConnectionInfo": vim_connection_entry(
-                vnf_instance_id, access, key=self.settings.vim_key, api=api
-            )
-        }
+        entry = vim_connection_entry(vnf_instance_id, access, key=self.settings.vim_key, api=api)
+        if api == "v1":
+            entry = v1_list_patch(await self.get_vnf_instance(vnf_instance_id, api=api), entry)
+        body = {"vimConnectionInfo": entry}
         # Authenticate first: wrong credentials fail here, before anything is recorded or sent.
         assert self._auth is not None
         with translate_errors("Tacker auth"):
@@ -454,13 +500,13 @@ class TackerClient(Component):
             return
         entry = {
             "id": _entry_id(vnf_instance_id, self.settings.vim_key),
-            "interfaceInfo": {},
-            "accessInfo": {},
+            "interface_info": {},
+            "access_info": {},
         }
+        instance = await self.get_vnf_instance(vnf_instance_id, api=api)
+        body = {"vimConnectionInfo": v1_list_patch(instance, [entry])}
         intent = await self._echo.expect_echo(vnf_instance_id) if self._echo else None
-        op_occ_id = await self.patch_vnf_instance(
-            vnf_instance_id, {"vimConnectionInfo": [entry]}, api=api
-        )
+        op_occ_id = await self.patch_vnf_instance(vnf_instance_id, body, api=api)
         if self._echo is not None and intent is not None:
             await self._echo.confirm_echo(intent, op_occ_id)
         await self.wait_op_occ(op_occ_id, api=api)
@@ -480,32 +526,50 @@ class TackerClient(Component):
                 "vim_name, or delete that VIM yourself)"
             )
 
+    def registers_vims(self, api: ApiVersion | None = None) -> bool:
+        """Whether VIMs are registered for an instance of ``api``: ``tacker.register_vim``,
+        or by default for v1 instances only (Tacker's v1 driver did; v2 has no VIM handoff:
+        its instances get the access data in ``vimConnectionInfo``)."""
+        wanted = self.settings.register_vim
+        if wanted is not None:
+            return wanted
+        return (api or self.settings.api_version) == "v1"
+
     async def register_vim(
-        self, name: str, access: KubernetesAccess, *, owner: str | None = None
+        self,
+        name: str,
+        access: KubernetesAccess,
+        *,
+        owner: str | None = None,
+        api: ApiVersion | None = None,
+        replace: bool = False,
     ) -> str | None:
         """``POST /v1.0/vims`` (type kubernetes), as the v1 driver's ``_create_vim`` did.
 
         The VIM's description marks it ours (:func:`vim_description`). An existing VIM
-        of that name is reused when it is ours and its ``auth_url`` matches, replaced
-        when it is ours, and never touched when it is not. Returns the VIM id, or None
-        when ``register_vim`` is off.
+        of that name is reused when it is ours and its ``auth_url`` matches (unless
+        ``replace``: the cluster was built anew, with a new CA and token), registered
+        anew when it is ours, and never touched when it is not. Returns the VIM id, or
+        None when registration is off for ``api`` (:meth:`registers_vims`).
 
         Arguments:
             owner: the VNF instance the VIM is for: a VIM registered for another
                 instance is not ours to replace either.
+            api: the instance's API.
+            replace: register anew even when ours matches.
 
         Raises:
             VimNotOurs: a VIM of that name exists that we did not register (for ``owner``).
         """
-        if not self.settings.register_vim:
+        if not self.registers_vims(api):
             return None
         for vim in await self.list_vims():
             if vim.get("name") == name:
                 self._refuse_foreign(vim, name, owner)
-                if vim.get("auth_url") == access.endpoint:
+                if vim.get("auth_url") == access.endpoint and not replace:
                     return str(vim["id"])
                 await self.request(
-                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204,)
+                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204, 404)
                 )
         body = {
             "vim": {
@@ -528,26 +592,36 @@ class TackerClient(Component):
         resp = await self.request("POST", "/v1.0/vims", body=body, api=None, expected=(201,))
         return str(resp.json()["vim"]["id"])
 
-    async def delete_vim(self, name: str, *, owner: str | None = None) -> bool:
-        """Delete the VIM we registered under ``name``; False if there was none (or it is off).
+    async def delete_vim(
+        self, name: str | None, *, owner: str | None = None, api: ApiVersion | None = None
+    ) -> list[str]:
+        """Delete the VIMs we registered for ``owner``, whatever their name (a custom
+        ``vim_name`` too), and without an owner the one of ours called ``name``.
+
+        Returns:
+            the names deleted (empty: none, or registration is off for ``api``).
 
         Raises:
-            VimNotOurs: a VIM of that name exists that we did not register (for ``owner``);
-                nothing was deleted.
+            VimNotOurs: a VIM called ``name`` exists that we did not register (for
+                ``owner``); nothing was deleted.
         """
-        if not self.settings.register_vim:
-            return False
-        found = False
-        vims = [vim for vim in await self.list_vims() if vim.get("name") == name]
+        if not self.registers_vims(api):
+            return []
+        vims = await self.list_vims()
         for vim in vims:
-            self._refuse_foreign(vim, name, owner)
-        for vim in vims:
-            if vim.get("name") == name:
-                await self.request(
-                    "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204, 404)
-                )
-                found = True
-        return found
+            if name is not None and vim.get("name") == name:
+                self._refuse_foreign(vim, name, owner)
+        doomed = [
+            vim
+            for vim in vims
+            if (owner is not None and is_our_vim(vim, owner))
+            or (owner is None and name is not None and vim.get("name") == name)
+        ]
+        for vim in doomed:
+            await self.request(
+                "DELETE", f"/v1.0/vims/{segment(vim['id'])}", api=None, expected=(204, 404)
+            )
+        return [str(vim.get("name")) for vim in doomed]
 
     # -- subscriptions -----------------------------------------------------------
 

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from schemas import LcmOperationType, Notification, VnfLcmOperationOccurrenceNotification
+from schemas.lcm import api_version, operation_params
 from subscriber.config import TackerSettings
 from subscriber.errors import LccnError
 from subscriber.tacker.client import TackerClient, _entry_id
@@ -45,10 +46,14 @@ def is_own_patch(operation_params: Any, vnf_instance_id: str, key: str) -> bool:
     vci = operation_params.get("vimConnectionInfo")
     if isinstance(vci, dict):  # v2 map
         return set(vci) == {key}
-    if isinstance(vci, list):  # v1 list
-        return [e.get("id") for e in vci if isinstance(e, dict)] == [
-            _entry_id(vnf_instance_id, key)
-        ]
+    if isinstance(vci, list):  # v1 list: the other entries named by id only, then ours
+        ours = _entry_id(vnf_instance_id, key)
+        entries = [e for e in vci if isinstance(e, dict)]
+        return (
+            len(entries) == len(vci)
+            and [e.get("id") for e in entries].count(ours) == 1
+            and all(set(e) == {"id"} for e in entries if e.get("id") != ours)
+        )
     return False
 
 
@@ -87,7 +92,7 @@ class EchoFilter:
         if not await self._ledger.open_intents(notification.vnfInstanceId, since):
             return False
         try:
-            occ = await self._client.get_op_occ(occ_id)
+            occ = await self._client.get_op_occ(occ_id, api=api_version(notification))
         except LccnError as exc:
             # Unknown: handle it as an operator's MODIFY_INFO (routed, usually ignored).
             log.warning(
@@ -95,9 +100,7 @@ class EchoFilter:
                 extra={"vnfLcmOpOccId": occ_id, "error": exc.message},
             )
             return False
-        if is_own_patch(
-            occ.get("operationParams"), notification.vnfInstanceId, self._settings.vim_key
-        ):
+        if is_own_patch(operation_params(occ), notification.vnfInstanceId, self._settings.vim_key):
             await self._ledger.record_own(notification.vnfInstanceId, occ_id)
             return True
         return False

@@ -5,18 +5,42 @@ catalog names (``identity``, ``orchestration``, ``image``, ``compute``; each wit
 public, internal and admin endpoints in ``RegionOne``):
 
 * Keystone v3 (``/identity``): version discovery, password tokens (``X-Subject-Token``
-  and a catalog pointing at this server); a wrong password is 401, and so is any other
-  call without a token the simulator issued.
-* Heat v1 (``/heat-api/v1/{project_id}``): stack create / show (by name, id or
-  name/id) / update (PATCH keeps what is not sent, PUT replaces) / delete, resources
-  (``nested_depth``, ``with_detail``), resource show (``attributes.fixed_ips``,
-  ``floating_ip_address``), ``mark_unhealthy``, template, files, events (empty).
-  The engine in :mod:`testbed.openstack_sim.heat` creates the resources.
+  and a catalog pointing at this server), ``GET /v3/regions`` (with a token); a wrong
+  password is 401, and so is any other call without a token the simulator issued.
+* Heat v1 (``/heat-api/v1/{project_id}``): stack create / show / update (PATCH keeps
+  what is not sent, PUT replaces) / delete; a stack named by its name or id alone is
+  answered, as Heat does, with a 302 to ``{name}/{id}`` (heatclient needs the
+  Location), a deleted one by its id only (DELETE_COMPLETE, not 404); the stack list
+  with the filters ``name``, ``id``, ``status`` and ``owner_id`` and ``show_nested``;
+  resources (``nested_depth``, ``with_detail``), resource show
+  (``attributes.fixed_ips``, ``floating_ip_address``), ``mark_unhealthy``, resource
+  ``metadata`` (empty: no cooldown), ``signal`` (a ScalingPolicy resizes its group),
+  events of a stack and of a resource (``limit``, ``sort_dir``, newest first),
+  template, files. The engine in :mod:`testbed.openstack_sim.heat` creates the resources.
 * Glance v2 (``/image``): image list (``tag``, ``name``), show, create, upload, delete.
 * Nova v2.1 (``/compute``): ``os-availability-zone/detail``, ``servers/{id}`` with
   ``OS-EXT-SRV-ATTR:host`` and ``server_groups``, servers list, ``os-server-groups``.
 * Control (``/_sim``): ``faults`` (POST one, GET all, DELETE all), ``state`` (servers,
   ports, stacks), ``calls`` (every call seen, oldest first), ``health``.
+
+What Tacker asks of it, read from Tacker 16.0.0 (each call first gets a token):
+
+* v2 (``tacker/sol_refactored/infra_drivers/openstack``): ``GET stacks/vnf-{inst}``
+  (404 before a create), ``POST stacks`` with the nested templates as ``files`` and
+  the ``nfv`` json parameter, ``GET stacks/{name}/{id}`` until ``*_COMPLETE``,
+  ``GET .../resources?nested_depth=2``, ``PATCH`` for SCALE and HEAL after
+  ``mark_unhealthy``, ``DELETE`` and ``GET`` by name until 404; Glance by tag.
+* v1 (``tacker/vnflcm``, ``tacker/vnfm/infra_drivers/openstack``, with BaseHOT and
+  LCM operation user data): registering an OpenStack VIM reads ``GET /v3`` and
+  ``/v3/regions``; INSTANTIATE lists ``stacks?name=vnflcm_{inst}``, creates
+  ``vnflcm_{inst}`` and reads it by id (the 302), each AutoScalingGroup and its
+  members, and ``stacks?owner_id={id}&show_nested=True`` for the nested stacks;
+  SCALE reads the group's ``metadata`` (cooldown) and the policy's newest event,
+  ``POST .../resources/{aspect}_scale_out|in/signal``, then polls the group's members
+  and the policy's events (every ``[openstack_vim] stack_retry_wait``); HEAL of a VNFC
+  marks its server unhealthy and updates the stack, HEAL of the VNF deletes and
+  creates it again; TERMINATE deletes it and waits for DELETE_COMPLETE by id. Glance
+  only for VDUs with software image artifacts (the v1 package has none).
 
 Faults are injected per call: a fault matches a service, a method and a path regex and
 either answers with a status code (after an optional delay) or, with ``stack_failure``,
@@ -25,10 +49,11 @@ real Heat does when a server cannot be built).
 
 Every call is logged (``/_sim/calls``: method, path, status, whether a fault answered).
 
-Left out: Neutron, Cinder and Placement APIs; the 302 from ``GET stacks/{name}`` to
-``stacks/{name}/{id}`` (the stack is answered directly); token expiry and revocation; policy and
-roles; pagination; microversion negotiation (any ``OpenStack-API-Version`` is answered
-as 2.79); real asynchrony (stack operations are complete when the call returns).
+Left out: Neutron, Cinder, Placement and Barbican APIs (a Kubernetes VIM cannot be
+registered with Tacker here: it needs Barbican); token expiry and revocation; policy
+and roles; pagination; microversion negotiation (any ``OpenStack-API-Version`` is
+answered as 2.79); cooldowns and the alarms that signal policies; real asynchrony
+(stack operations, signals included, are complete when the call returns).
 """
 
 from __future__ import annotations
@@ -224,6 +249,7 @@ class OpenStackSim:
         r.add_get("/identity/v3/", self._identity_v3)
         r.add_post("/identity/v3/auth/tokens", self._issue_token)
         r.add_get("/identity/v3/auth/tokens", self._check_token)
+        r.add_get("/identity/v3/regions", self._regions)
         # Heat
         r.add_get("/heat-api", self._heat_versions)
         r.add_get("/heat-api/", self._heat_versions)
@@ -453,6 +479,25 @@ class OpenStackSim:
         self._tokens.add(token)
         return _json(self._token_body(), 201, {"X-Subject-Token": token})
 
+    async def _regions(self, request: web.Request) -> web.Response:
+        # What Tacker reads when an OpenStack VIM is registered (placement_attr.regions).
+        if request.headers.get("X-Auth-Token") not in self._tokens:
+            return _json({"error": {"code": 401, "message": "authentication required"}}, 401)
+        region = self.config.region
+        return _json(
+            {
+                "regions": [
+                    {
+                        "id": region,
+                        "description": "",
+                        "parent_region_id": None,
+                        "links": {"self": f"{self.url}/identity/v3/regions/{region}"},
+                    }
+                ],
+                "links": {"self": f"{self.url}/identity/v3/regions", "next": None},
+            }
+        )
+
     async def _check_token(self, request: web.Request) -> web.Response:
         if request.headers.get("X-Subject-Token") not in self._tokens:
             return _json({"error": {"code": 404, "message": "token not found"}}, 404)
@@ -533,7 +578,7 @@ class OpenStackSim:
 
     async def _stacks(self, request: web.Request) -> web.Response:
         if request.method == "GET":
-            return _json({"stacks": [self._stack_body(s) for s in self.engine.top_level()]})
+            return _json({"stacks": [self._stack_body(s) for s in self._listed(request.query)]})
         if request.method != "POST":
             raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST"])
         body = await request.json()
@@ -562,6 +607,23 @@ class OpenStackSim:
             201,
         )
 
+    def _listed(self, query: Any) -> list[Stack]:
+        """The stacks ``GET stacks`` lists: top-level ones (every one with ``show_nested``,
+        what Tacker's v1 asks with ``owner_id``), filtered by ``name``, ``id``, ``status``
+        and ``owner_id`` (the parent stack's id)."""
+        nested = str(query.get("show_nested", "")).lower() in ("1", "true", "yes")
+        stacks = list(self.engine.stacks.values()) if nested else self.engine.top_level()
+        for key, value in query.items():
+            if key == "name":
+                stacks = [s for s in stacks if s.name == value]
+            elif key == "id":
+                stacks = [s for s in stacks if s.id == value]
+            elif key == "status":
+                stacks = [s for s in stacks if s.status.endswith(value)]
+            elif key == "owner_id":
+                stacks = [s for s in stacks if s.parent is not None and s.parent[0].id == value]
+        return stacks
+
     def _split_tail(self, tail: str) -> tuple[str, list[str]]:
         parts = tail.split("/")
         if len(parts) >= 2 and parts[1] not in _STACK_SUBPATHS:
@@ -574,6 +636,13 @@ class OpenStackSim:
         if stack is None:
             return _heat_error(404, "Not Found", f"The Stack ({ident}) could not be found.")
         m = request.method
+        if m == "GET" and "/" not in ident:
+            # Heat answers a stack named by its name or id alone with a redirect to
+            # {name}/{id} (heatclient resolves every stack id so, and needs the Location).
+            location = "/".join([self._stack_url(stack), *rest])
+            if request.query_string:
+                location += f"?{request.query_string}"
+            return web.Response(status=302, headers={"Location": location})
         if not rest:
             if m == "GET":
                 return _json({"stack": self._stack_body(stack)})
@@ -596,9 +665,39 @@ class OpenStackSim:
             return _json({"outputs": []})
         elif rest and rest[0] == "resources":
             return await self._resources(request, stack, rest[1:])
-        elif rest and rest[0] == "events" and m == "GET":
-            return _json({"events": []})
+        elif rest == ["events"] and m == "GET":
+            return self._events(request, stack, list(stack.resources.values()))
         return _heat_error(404, "Not Found", f"no route for {m} {request.path}")
+
+    def _events(self, request: web.Request, stack: Stack, resources: list[Any]) -> web.Response:
+        """Events of ``resources``, by ``event_time`` (``sort_dir``, newest first by default)
+        and at most ``limit``, as heatclient's ``events.list`` reads them."""
+        events = sorted(
+            (e for r in resources for e in r.events),
+            key=lambda e: (e["event_time"], e["seq"]),
+            reverse=request.query.get("sort_dir", "desc") != "asc",
+        )
+        limit = request.query.get("limit")
+        if limit and limit.isdigit():
+            events = events[: int(limit)]
+        url = self._stack_url(stack)
+        return _json(
+            {
+                "events": [
+                    {
+                        **{k: v for k, v in e.items() if k != "seq"},
+                        "links": [
+                            {
+                                "href": f"{url}/resources/{e['resource_name']}/events/{e['id']}",
+                                "rel": "self",
+                            },
+                            {"href": url, "rel": "stack"},
+                        ],
+                    }
+                    for e in events
+                ]
+            }
+        )
 
     async def _update(self, request: web.Request, stack: Stack, *, existing: bool) -> web.Response:
         body = await request.json()
@@ -661,8 +760,19 @@ class OpenStackSim:
                     str(body.get("resource_status_reason", "")),
                 )
                 return _json({}, 200)
+        if len(rest) == 2 and rest[0] not in stack.resources:
+            return _heat_error(404, "Not Found", f"The Resource ({rest[0]}) could not be found.")
         if len(rest) == 2 and rest[1] == "events" and m == "GET":
-            return _json({"events": []})
+            return self._events(request, stack, [stack.resources[rest[0]]])
+        if len(rest) == 2 and rest[1] == "metadata" and m == "GET":
+            # No cooldown: Tacker's v1 SCALE reads it (cooldown_end) before signalling.
+            return _json({"metadata": {}})
+        if len(rest) == 2 and rest[1] == "signal" and m == "POST":
+            try:
+                self.engine.signal(stack, rest[0])
+            except HeatError as exc:
+                return _heat_error(400, "Bad Request", str(exc))
+            return web.Response(status=200)
         return _heat_error(404, "Not Found", f"no route for {m} {request.path}")
 
     # ---- Glance -----------------------------------------------------------------------

@@ -10,6 +10,11 @@ What it does
       marked unhealthy go first, then the oldest) and replaces unhealthy members.
     * A resource marked unhealthy (``mark_unhealthy``) is replaced on the next update of
       any stack above it; a replaced server keeps its ports, so keeps its addresses.
+    * ``OS::Heat::ScalingPolicy`` (what Tacker's v1 SCALE signals): a signal moves its
+      group's size by ``scaling_adjustment`` within min/max, as Heat does; the group keeps
+      that size through later stack updates until the template's ``desired_capacity``
+      itself changes. Every resource records events (create, update, delete, signal),
+      newest first in the API, which v1 SCALE compares before and after its signal.
     * ``OS::Neutron::Port`` takes an address from an :class:`AddressPool`: ports that a
       server uses take one from the server pool, others (a VIP) from the VIP pool;
       ``OS::Neutron::FloatingIP`` takes one from the floating pool.
@@ -125,6 +130,10 @@ class Resource:
     properties: dict[str, Any] = field(default_factory=dict)
     attributes: dict[str, Any] = field(default_factory=dict)
     nested: Stack | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    # AutoScalingGroup: the template's capacity last applied, and a size a policy set since
+    capacity_applied: int | None = None
+    capacity_signalled: int | None = None
 
     def depends(self) -> set[str]:
         return _deps(self.definition)
@@ -244,6 +253,7 @@ class HeatEngine:
         self.servers: dict[str, dict[str, Any]] = {}
         self.ports: dict[str, dict[str, Any]] = {}
         self.server_groups: dict[str, dict[str, Any]] = {}
+        self._events = 0
 
     # ---- time -------------------------------------------------------------------------
 
@@ -332,6 +342,52 @@ class HeatEngine:
         stack.status, stack.status_reason = "DELETE_COMPLETE", "Stack DELETE completed"
         self.stacks.pop(stack.id, None)
         self.deleted[stack.id] = stack
+
+    def signal(self, stack: Stack, resource_name: str) -> None:
+        """Signal a resource: a ``OS::Heat::ScalingPolicy`` resizes its group now.
+
+        Raises:
+            KeyError: no such resource.
+            HeatError: not a resource that takes signals, or its group is gone.
+        """
+        res = stack.resources[resource_name]
+        if res.type != "OS::Heat::ScalingPolicy":
+            raise HeatError(f"{resource_name} ({res.type}) does not take signals")
+        stamp = self._stamp()
+        group_id = res.properties.get("auto_scaling_group_id")
+        group = next(
+            (r for r in stack.resources.values() if r.physical_id == group_id and r.nested),
+            None,
+        )
+        if group is None:
+            raise HeatError(f"{resource_name}: its group {group_id} is not in {stack.name}")
+        lo = int(group.properties.get("min_size") or 0)
+        hi = int(group.properties.get("max_size") or 0) or 1 << 30
+        size = len(group.nested.resources) if group.nested else 0
+        step = int(res.properties.get("scaling_adjustment") or 0)
+        group.capacity_signalled = min(hi, max(lo, size + step))
+        self.event(res, "SIGNAL_IN_PROGRESS", "signal received", stamp)
+        self._update_group(group, stamp)
+        group.updated_time = stamp
+        group.status, group.status_reason = "UPDATE_COMPLETE", "state changed"
+        self.event(group, "UPDATE_COMPLETE", "state changed", stamp)
+        self.event(res, "SIGNAL_COMPLETE", f"adjusted {group.name} by {step}", stamp)
+
+    def event(self, res: Resource, status: str, reason: str, stamp: str | None = None) -> None:
+        """Record an event of ``res`` (the API shows a resource's events newest first)."""
+        self._events += 1
+        res.events.append(
+            {
+                "seq": self._events,  # order among events of the same second
+                "id": str(uuid.uuid4()),
+                "event_time": stamp or self._stamp(),
+                "resource_name": res.name,
+                "logical_resource_id": res.name,
+                "physical_resource_id": res.physical_id,
+                "resource_status": status,
+                "resource_status_reason": reason,
+            }
+        )
 
     def mark_unhealthy(
         self, stack: Stack, resource_name: str, unhealthy: bool, reason: str
@@ -528,6 +584,7 @@ class HeatEngine:
         else:
             res.physical_id = str(uuid.uuid4())
         res.status, res.status_reason = "CREATE_COMPLETE", "state changed"
+        self.event(res, "CREATE_COMPLETE", "state changed", stamp)
 
     def _update_resource(self, res: Resource, stamp: str) -> None:
         if res.type == "OS::Heat::AutoScalingGroup":
@@ -542,6 +599,7 @@ class HeatEngine:
             return
         res.updated_time = stamp
         res.status, res.status_reason = "UPDATE_COMPLETE", "state changed"
+        self.event(res, "UPDATE_COMPLETE", "state changed", stamp)
 
     def _create_nested(
         self, res: Resource, template_text: str, params: dict[str, Any], stamp: str
@@ -576,6 +634,11 @@ class HeatEngine:
         lo, hi = int(props.get("min_size") or 0), int(props.get("max_size") or 0)
         want = props.get("desired_capacity")
         n = lo if want is None else int(want)
+        if group.capacity_applied is not None and n != group.capacity_applied:
+            group.capacity_signalled = None  # the template's capacity changed: it wins
+        group.capacity_applied = n
+        if group.capacity_signalled is not None:
+            n = group.capacity_signalled
         if hi and n > hi:
             raise HeatError(f"{group.name}: desired_capacity {n} > max_size {hi}")
         return max(n, lo)

@@ -112,9 +112,23 @@ async def test_a_vim_we_registered_for_another_instance_is_not_ours_either(bed: 
         assert await _ids(client, name) == [ours]
         # Its own instance reuses it (same endpoint), then deletes it.
         assert await client.register_vim(name, ACCESS, owner=owner) == ours
-        assert await client.delete_vim(name, owner=owner) is True
+        assert await client.delete_vim(name, owner=owner) == [name]
         assert await _ids(client, name) == []
-        assert await client.delete_vim(name, owner=owner) is False
+        assert await client.delete_vim(name, owner=owner) == []
+
+
+async def test_terminate_finds_our_vim_whatever_its_name(bed: Any) -> None:
+    """A custom ``vim_name`` the TERMINATE request does not repeat: the instance's VIMs
+    are found by the mark we gave them, and no one else's is touched."""
+    owner = str(uuid.uuid4())
+    custom = f"edge-{uuid.uuid4().hex[:8]}"
+    ours = await _insert_vim(bed, custom, vim_description(owner), ACCESS.endpoint)
+    theirs = await _insert_vim(bed, f"other-{owner}", "the operator's", ACCESS.endpoint)
+    async with TackerClient(_settings(bed)) as client:
+        assert await client.delete_vim(None, owner=owner) == [custom]
+        assert await _ids(client, custom) == []
+        assert await _ids(client, f"other-{owner}") == [theirs]
+    assert ours
 
 
 async def test_a_vim_of_an_older_version_is_ours_under_its_default_name(bed: Any) -> None:
@@ -126,4 +140,6 @@ async def test_a_vim_of_an_older_version_is_ours_under_its_default_name(bed: Any
         assert await client.register_vim(f"kubernetes_vim_{owner}", ACCESS, owner=owner) == legacy
         with pytest.raises(VimNotOurs):
             await client.delete_vim(elsewhere, owner=owner)
-        assert await client.delete_vim(f"kubernetes_vim_{owner}", owner=owner) is True
+        assert await client.delete_vim(f"kubernetes_vim_{owner}", owner=owner) == [
+            f"kubernetes_vim_{owner}"
+        ]

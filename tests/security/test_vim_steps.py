@@ -23,6 +23,7 @@ async def test_one_instances_vim_name_cannot_delete_anothers_vim() -> None:
     params = k8s_params()
     params["k8s_cluster_installation_param"]["vim_name"] = "shared-name"
     tacker, _, victim, _ = cluster_vnf(["10.9.0.15"], [], params=params)
+    tacker.register_vims = True  # tacker.register_vim: on
     tacker.vims["shared-name"], tacker.vim_owners["shared-name"] = "vim-1", victim
     # Another instance (another tenant's) names the same VIM in its parameters and
     # terminates.
@@ -40,4 +41,4 @@ async def test_one_instances_vim_name_cannot_delete_anothers_vim() -> None:
     own = lcm_op_occ(tacker, victim, "TERMINATE")
     ctx = ctx_for(victim, own, Services(tacker=tacker), operation="TERMINATE")
     done = await run_step(delete_vim(ClusterJob(ClusterSettings(), ctx.notification)), ctx)
-    assert done == {"vimName": "shared-name", "deleted": True}
+    assert done == {"vimName": "shared-name", "deleted": ["shared-name"]}

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import requests
 from aiohttp import web
+from pydantic import SecretStr
 
+from subscriber.config import AuthSettings, BasicAuthSettings
 from subscriber.service import Service
 from tests.conftest import ServiceFactory, callback_url
-from tests.factories import OPERATIONS, STATES, identifier, op_occ
+from tests.factories import OPERATIONS, STATES, identifier, op_occ, uid, v1_op_occ
 
 pytestmark = pytest.mark.asyncio
 
@@ -151,19 +154,55 @@ async def test_bad_json_is_400(start_service: ServiceFactory, http: aiohttp.Clie
     assert "JSON" in problem["detail"]
 
 
-@pytest.mark.parametrize("ctype", ["text/plain", "application/xml", None])
+@pytest.mark.parametrize("ctype", ["text/plain", "application/xml", "application/octet-stream"])
 async def test_wrong_content_type_is_415(
     start_service: ServiceFactory, http: aiohttp.ClientSession, ctype: str | None
 ) -> None:
     svc = await start_service()
-    headers = {"Content-Type": ctype} if ctype else {}
     data = json.dumps(op_occ()).encode()
-    async with http.post(
-        callback_url(svc), data=data, headers=headers, skip_auto_headers={"Content-Type"}
-    ) as resp:
+    async with http.post(callback_url(svc), data=data, headers={"Content-Type": ctype}) as resp:
         assert resp.status == 415
         assert resp.content_type == "application/problem+json"
     assert await svc.store.events.list() == []
+
+
+async def test_v1_conductor_posts_are_accepted(start_service: ServiceFactory) -> None:
+    """Tacker's v1 conductor (``send_notification``) posts with a ``requests`` session of
+    the subscription's auth, ``data=json.dumps(notification)``: no Content-Type, no
+    Version. Anything but 204 makes it retry 3 x 10 s, then drop the notification."""
+    password = "pw-v1-callback"
+    svc = await start_service(
+        update={
+            "auth": AuthSettings(
+                basic=BasicAuthSettings(
+                    enabled=True, username="tacker", password=SecretStr(password)
+                )
+            )
+        }
+    )
+    instance = uid()
+    bodies = [
+        v1_op_occ(instance=instance, state=state)
+        for state in ("STARTING", "PROCESSING", "COMPLETED", "FAILED_TEMP")
+    ]
+
+    def post_like_tacker(body: dict[str, object]) -> tuple[int, dict[str, str]]:
+        with requests.Session() as session:
+            session.auth = requests.auth.HTTPBasicAuth("tacker", password)
+            resp = session.post(callback_url(svc), data=json.dumps(body), timeout=10)
+            return resp.status_code, dict(resp.request.headers)
+
+    for body in bodies:
+        status, sent = await asyncio.to_thread(post_like_tacker, body)
+        assert "Content-Type" not in sent and "Version" not in sent  # as the conductor's
+        assert status == 204, body["operationState"]
+    stored = sorted(await svc.store.events.list(vnf_instance_id=instance), key=lambda e: e.id)
+    assert [(e.operation_state, e.notification_status, e.api_version) for e in stored] == [
+        ("STARTING", "START", None),
+        ("PROCESSING", "START", None),
+        ("COMPLETED", "RESULT", None),
+        ("FAILED_TEMP", "RESULT", None),
+    ]
 
 
 async def test_oversized_body_is_413_without_reading_it_all(

@@ -42,6 +42,19 @@ async def test_ports_hosts_and_errors(cloud: Cloud) -> None:
         assert not denied.value.retriable and "wrong-Passw0rd" not in str(denied.value)
 
 
+async def test_server_stacks_map_each_server_to_its_member_stack(cloud: Cloud) -> None:
+    """v1 discovery: the instance's top stack by name (as ``vnflcm_<id>``), every server
+    of its AutoScalingGroup members -> the member's ``name/id``, where its ports are."""
+    ident = await cloud.create("vnflcm_lookup", 3)
+    members = await cloud.servers(ident)
+    async with OpenStackClient(settings(cloud.sim)) as client:
+        found = await client.server_stacks("vnflcm_lookup")
+        assert found == {m["id"]: m["stack"] for m in members.values()}
+        assert await client.server_stacks(ident) == found
+        with pytest.raises(OpenStackNotFound):
+            await client.server_stacks("vnflcm_no_such_instance")
+
+
 PLACED_HOT = """
 heat_template_version: 2016-10-14
 resources:

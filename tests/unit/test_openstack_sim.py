@@ -11,7 +11,7 @@ import time
 
 from openstack import connection
 
-from tests.unit.sim_cloud import Cloud
+from tests.unit.sim_cloud import GROUP_HOT, WORKER_HOT, Cloud
 
 
 async def test_keystone_refuses_a_wrong_password_and_calls_without_a_token(cloud: Cloud) -> None:
@@ -157,3 +157,71 @@ async def test_openstacksdk_reads_ports_and_servers_unchanged(cloud: Cloud) -> N
     got = await asyncio.to_thread(read)
     assert {k: v[0] for k, v in got.items()} == {s["id"]: s["ip"] for s in expected.values()}
     assert {v[1] for v in got.values()} <= set(cloud.sim.config.compute_hosts)
+
+
+POLICY_HOT = (
+    GROUP_HOT
+    + """
+  workers_scale_out:
+    type: OS::Heat::ScalingPolicy
+    properties:
+      scaling_adjustment: 1
+      auto_scaling_group_id: { get_resource: workers }
+      adjustment_type: change_in_capacity
+"""
+)
+
+
+async def test_what_tackers_v1_asks_of_heat(cloud: Cloud) -> None:
+    """v1 (heatclient): a stack by name or id is a 302 to name/id; the list filters by name
+    and owner; a ScalingPolicy signal resizes its group, for good, and leaves an event
+    newer than those before; a deleted stack stays visible by id as DELETE_COMPLETE."""
+    nfv = {"VDU": {"worker": {"desired_capacity": 2}}, "CP": {"worker_CP": {"network": "n"}}}
+    body = await cloud.req(
+        "POST",
+        f"{cloud.heat}/stacks",
+        {
+            "stack_name": "vnflcm_sim",
+            "template": POLICY_HOT,
+            "files": {"worker.yaml": WORKER_HOT},
+            "parameters": {"nfv": nfv},
+        },
+        201,
+    )
+    sid = body["stack"]["id"]
+    headers = {"X-Auth-Token": cloud.token}
+    for ident in (sid, "vnflcm_sim"):
+        async with cloud.http.get(
+            f"{cloud.heat}/stacks/{ident}/resources?nested_depth=2",
+            headers=headers,
+            allow_redirects=False,
+        ) as resp:
+            assert resp.status == 302
+            assert resp.headers["Location"] == (
+                f"{cloud.heat}/stacks/vnflcm_sim/{sid}/resources?nested_depth=2"
+            )
+    listed = await cloud.req("GET", f"{cloud.heat}/stacks?name=vnflcm_sim")
+    assert [s["id"] for s in listed["stacks"]] == [sid]
+    assert (await cloud.req("GET", f"{cloud.heat}/stacks?name=other"))["stacks"] == []
+    nested = await cloud.req("GET", f"{cloud.heat}/stacks?owner_id={sid}&show_nested=True")
+    [group] = nested["stacks"]
+    assert group["parent"] == sid
+
+    ident = f"vnflcm_sim/{sid}"
+    events = f"{cloud.heat}/stacks/{ident}/resources/workers_scale_out/events"
+    [before] = (await cloud.req("GET", f"{events}?limit=1&sort_dir=desc"))["events"]
+    assert (await cloud.req("GET", f"{cloud.heat}/stacks/{ident}/resources/workers/metadata")) == {
+        "metadata": {}
+    }
+    await cloud.req("POST", f"{cloud.heat}/stacks/{ident}/resources/workers_scale_out/signal")
+    assert len(await cloud.servers(ident)) == 3
+    [after] = (await cloud.req("GET", f"{events}?limit=1&sort_dir=desc"))["events"]
+    assert after["id"] != before["id"] and after["resource_status"] == "SIGNAL_COMPLETE"
+    # A stack update that leaves the template's capacity as it was keeps the signalled size.
+    await cloud.req("PATCH", f"{cloud.heat}/stacks/{ident}", {"parameters": {"nfv": nfv}}, 202)
+    assert len(await cloud.servers(ident)) == 3
+
+    await cloud.req("DELETE", f"{cloud.heat}/stacks/{ident}", status=204)
+    shown = await cloud.req("GET", f"{cloud.heat}/stacks/{sid}")  # follows the 302
+    assert shown["stack"]["stack_status"] == "DELETE_COMPLETE"
+    await cloud.req("GET", f"{cloud.heat}/stacks/vnflcm_sim", status=404)

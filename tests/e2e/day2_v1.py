@@ -1,0 +1,72 @@
+"""The day-2 loop (:class:`~tests.e2e.day2.Loop`) driven through Tacker's v1 API, as seed
+000 drives it: the v1 package (BaseHOT, aspects ``master_instance`` and
+``worker_instance``, LCM operation user data), the parameters of seed 000's tables
+(``aspect_id``, no ``vdu_id``), an instantiate request naming the OpenStack VIM it runs
+on, SCALE by ``aspectId``, HEAL by ``vnfcInstanceId`` (the ``vnfcResourceInfo`` id: v1
+keeps it through the heal and shows the new server). What Tacker changed is read from
+the op-occ's ``resourceChanges`` (serve holds the only v1 subscription).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testbed.cluster_vnf import v1_params
+from testbed.openstack_sim.process import SimProcess
+from testbed.tacker_api import unique_name
+from testbed.tacker_v1 import V1Tacker, v1_ext_virtual_links, v1_vim_connection_info
+from tests.tacker.conftest import NETWORK_ID
+from tests.tacker.helpers import ServeProcess
+
+from .day2 import Loop
+
+__all__ = ["WORKER_ASPECT", "V1Loop"]
+
+WORKER_ASPECT = "worker_instance"
+
+
+class V1Loop(Loop):
+    """One v1 VNF instance of the v1 package, its ``serve`` and the test hosts."""
+
+    def __init__(
+        self, tacker: V1Tacker, sim: SimProcess, hosts: Any, serve: ServeProcess, vim_id: str
+    ) -> None:
+        super().__init__(tacker, sim, hosts, serve, recorder=None)  # type: ignore[arg-type]
+        self.v1 = tacker
+        self.vim_id = vim_id
+
+    def instantiate(self, vnfd_id: str, flavour: str, **extra: Any) -> dict[str, Any]:
+        self.inst = self.v1.create(vnfd_id, unique_name(f"v1-{flavour}"))
+        params = v1_params(
+            master_user="root",
+            worker_user=self.hosts.user,
+            key=str(self.hosts.client_key),
+            password=self.hosts.password,
+            ha=flavour == "complex",
+        )
+        params["k8s_cluster_installation_param"].update(extra)
+        occ = self.v1.run_op(
+            self.inst,
+            "instantiate",
+            {
+                "flavourId": flavour,
+                "vimConnectionInfo": v1_vim_connection_info(self.vim_id),
+                "extVirtualLinks": v1_ext_virtual_links(NETWORK_ID),
+                "additionalParams": params,
+            },
+        )
+        assert occ["operationState"] == "COMPLETED", occ.get("error")
+        self.instantiated = True
+        return self.handled(occ["id"])
+
+    def scale(self, kind: str, steps: int = 1) -> dict[str, Any]:
+        return self.op("scale", {"type": kind, "aspectId": WORKER_ASPECT, "numberOfSteps": steps})
+
+    def heal_vnfc(self, vnfc_id: str) -> dict[str, Any]:
+        return self.op("heal", {"vnfcInstanceId": [vnfc_id]})
+
+    def affected(self, occ_id: str, change: str) -> list[str]:
+        changes = self.v1.op_occ(occ_id).get("resourceChanges") or {}
+        return [
+            a["id"] for a in changes.get("affectedVnfcs") or () if a.get("changeType") == change
+        ]
