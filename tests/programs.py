@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,6 +20,10 @@ import aiohttp
 from tests import REPO
 from tests.conftest import free_port
 
+#: A home that holds no configuration, outside the checkout: a program run with it may
+#: still create its store's lock files there.
+NO_HOME = Path(tempfile.mkdtemp(prefix="lccn-no-home-"))
+
 
 def program_env(extra: Mapping[str, str] | None = None, *, clean: bool = False) -> dict[str, str]:
     """This environment, the checkout on ``PYTHONPATH`` (test handler modules), and ``extra``.
@@ -26,7 +31,7 @@ def program_env(extra: Mapping[str, str] | None = None, *, clean: bool = False) 
     ``clean``: without this machine's ``LCCN_*`` settings and with a home that holds no
     configuration (the production defaults)."""
     env = {k: v for k, v in os.environ.items() if not (clean and k.startswith("LCCN_"))}
-    home = {"LCCN_HOME": str(REPO / ".no-such-home")} if clean else {}
+    home = {"LCCN_HOME": str(NO_HOME)} if clean else {}
     return {**env, "PYTHONPATH": str(REPO), **home, **(extra or {})}
 
 

@@ -23,10 +23,9 @@ import asyncpg
 import pytest
 
 from testbed.openstack_sim import OpenStackSim, SimConfig
-from tests import REPO
 from tests.backends import pg_database, pg_dsn
 from tests.conftest import free_port
-from tests.programs import ServeProcess, cli
+from tests.programs import NO_HOME, ServeProcess, cli
 
 SECRET = "S3cr3t-Passw0rd"
 
@@ -35,9 +34,7 @@ def run(
     *args: str, env: dict[str, str] | None = None, timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
     """The CLI with a home that holds no configuration."""
-    return cli(
-        *args, env={"LCCN_HOME": str(REPO / ".no-such-home"), **(env or {})}, timeout=timeout
-    )
+    return cli(*args, env={"LCCN_HOME": str(NO_HOME), **(env or {})}, timeout=timeout)
 
 
 def one_line(out: subprocess.CompletedProcess[str], code: int, *words: str) -> str:
