@@ -11,6 +11,7 @@ through its accessors (:meth:`ClusterJob.discovered`, :meth:`ClusterJob.access`
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from handlers.results import ClusterAccess, Discovered, VimRegistration
@@ -19,8 +20,10 @@ from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
 from schemas import Notification, VnfLcmOperationOccurrenceNotification
 from schemas.cluster_params import K8sClusterInstallationParams
+from schemas.hooks import hook_key
 from schemas.lcm import api_version
 from subscriber.config import ClusterSettings
+from subscriber.errors import PermanentStepError
 from subscriber.kernel import JobContext
 from subscriber.kernel.ports import ApiVersion
 
@@ -46,6 +49,7 @@ class ClusterJob:
         self.api: ApiVersion = api_version(notification)
         self._op_occ: dict[str, Any] | None = None
         self._params: K8sClusterInstallationParams | None = None
+        self._instance: dict[str, Any] | None = None
 
     async def op_occ(self, ctx: JobContext) -> dict[str, Any]:
         """``GET vnf_lcm_op_occs/{id}`` of the notification's op-occ (once per run)."""
@@ -53,6 +57,34 @@ class ClusterJob:
             tacker = ctx.services.need_tacker()
             self._op_occ = await tacker.get_op_occ(self.notification.vnfLcmOpOccId, api=self.api)
         return self._op_occ
+
+    async def hook_request(self, ctx: JobContext) -> dict[str, Any] | None:
+        """The management-driver hook's request this job answers (``None``: no hook asked
+        for this transition of the op-occ); see :mod:`schemas.hooks`."""
+        n, values = self.notification, ctx.services.values
+        if values is None:  # no store: nothing could have been asked through a hook
+            return None
+        raw = await values.get_value(hook_key(n.vnfLcmOpOccId, n.operationState.value))
+        request: dict[str, Any] | None = json.loads(raw) if raw is not None else None
+        return request
+
+    async def instance(self, ctx: JobContext) -> dict[str, Any]:
+        """The VNF instance (once per run): as Tacker holds it inside the operation when its
+        hook asked for this job (Tacker writes its database only once the operation is
+        over), else ``GET vnf_instances/{id}`` through the instance's own API."""
+        if self._instance is None:
+            request = await self.hook_request(ctx) if ctx.source == "hook" else None
+            if ctx.source == "hook" and request is None:
+                raise PermanentStepError(
+                    f"the hook's request for op-occ {self.notification.vnfLcmOpOccId} is gone",
+                    vnf_instance_id=ctx.vnf_instance_id,
+                )
+            if request is not None and request.get("vnfInstance"):
+                self._instance = dict(request["vnfInstance"])
+            else:  # a *_start point: Tacker's database still holds the instance it acts on
+                tacker = ctx.services.need_tacker()
+                self._instance = await tacker.get_vnf_instance(ctx.vnf_instance_id, api=self.api)
+        return self._instance
 
     async def params(self, ctx: JobContext) -> K8sClusterInstallationParams:
         """The operation's parameters (fetched from Tacker once per run)."""
@@ -68,10 +100,6 @@ class ClusterJob:
 
     async def vim_name(self, ctx: JobContext) -> str:
         return (await self.params(ctx)).vim_name_for(ctx.vnf_instance_id)
-
-    async def instance(self, ctx: JobContext) -> dict[str, Any]:
-        """``GET vnf_instances/{id}`` now, through the instance's own API."""
-        return await ctx.services.need_tacker().get_vnf_instance(ctx.vnf_instance_id, api=self.api)
 
     def discovered(self, ctx: JobContext) -> Discovered:
         """The ``discover`` step's result (the step ``needs`` :class:`Discovered`)."""

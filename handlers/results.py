@@ -47,6 +47,7 @@ class Confirmed(StepResult, step="confirm"):
     api: str
     vnfd_id: str | None = None
     instantiation_state: str | None = None
+    hook: str | None = None  # the management-driver hook point that asked for the job
 
 
 class Membership(StepResult):

@@ -14,6 +14,7 @@ from handlers.drain import DrainLeaving
 from handlers.heal import HealCluster
 from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.log import LogHandler
+from handlers.rollback import RollbackInstantiate, RollbackScale
 from handlers.scale import ScaleCluster
 from handlers.terminate import TerminateCluster
 from handlers.validate import ValidateParams
@@ -28,13 +29,18 @@ __all__ = ["cluster_routes", "default_routing", "routing_for", "services_configu
 def cluster_routes(settings: ClusterSettings | None = None) -> tuple[Route, ...]:
     """The cluster operations' routes."""
     settings = settings or ClusterSettings()
-    drain = DrainLeaving(settings)  # the drain hook's work: see subscriber/ingest/hooks.py
+    # The hooks' points run these same routes' jobs (schemas/hooks.py): scale_start and
+    # heal_start the drain, the *_end points and terminate_start COMPLETED's, the
+    # *_rollback_start points ROLLING_BACK's.
+    drain = DrainLeaving(settings)
     return (
         Route(Op.INSTANTIATE, State.STARTING, ValidateInstantiate(settings)),
         Route(Op.INSTANTIATE, State.COMPLETED, InstantiateCluster(settings)),
+        Route(Op.INSTANTIATE, State.ROLLING_BACK, RollbackInstantiate(settings)),
         Route(Op.SCALE, State.STARTING, ValidateParams("cluster-scale-validate", settings)),
         Route(Op.SCALE, State.PROCESSING, drain),
         Route(Op.SCALE, State.COMPLETED, ScaleCluster(settings)),
+        Route(Op.SCALE, State.ROLLING_BACK, RollbackScale(settings)),
         Route(Op.HEAL, State.STARTING, ValidateParams("cluster-heal-validate", settings)),
         Route(Op.HEAL, State.PROCESSING, drain),
         Route(Op.HEAL, State.COMPLETED, HealCluster(settings)),

@@ -5,7 +5,7 @@ Tacker's ids are UUIDs (36 characters). We accept any short token of letters,
 digits and ``. _ : -`` that starts with a letter or digit, so ids of other VNFMs
 and of tests still pass, but nothing that could walk a URL path (``/``, ``..``),
 break a line, or outgrow a column: the store keeps ids in 255-character columns
-and builds keys from them (``drain:<op-occ>`` in ``kv.key``, the dedup key), so
+and builds keys from them (``hook:<op-occ>:<state>`` in ``kv.key``, the dedup key), so
 :data:`ID_MAX_LENGTH` leaves room for every prefix.
 """
 

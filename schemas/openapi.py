@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from schemas.hooks import DrainRequest
+from schemas.hooks import HOOK_POINTS, HookRequest
 from schemas.notifications import Notification
 from schemas.problem import PROBLEM_CONTENT_TYPE, ProblemDetails
 
@@ -35,45 +35,53 @@ def _problem(description: str) -> dict[str, Any]:
 
 
 def _hook_paths(path: str, schemas: dict[str, Any]) -> dict[str, Any]:
-    """The drain hook's two routes (see ``subscriber/ingest/hooks.py``)."""
-    schemas["DrainRequest"] = DrainRequest.model_json_schema(ref_template=_REF)
-    schemas["DrainAnswer"] = {
+    """The management-driver hooks' two routes (see ``subscriber/ingest/hooks.py``)."""
+    schemas["HookRequest"] = HookRequest.model_json_schema(ref_template=_REF)
+    schemas["HookAnswer"] = {
         "type": "object",
-        "required": ["vnfLcmOpOccId", "status", "nodes"],
+        "required": ["vnfLcmOpOccId", "point", "status", "nodes"],
         "properties": {
             "vnfLcmOpOccId": {"type": "string"},
+            "point": {"enum": list(HOOK_POINTS)},
             "status": {"enum": ["pending", "running", "done", "failed"]},
             "eventId": {"type": ["integer", "null"]},
             "nodes": {"type": "array", "items": {"type": "string"}},
             "detail": {"type": "string"},
+            "vimConnectionInfo": {
+                "type": "object",
+                "description": "done: our entry, for the script to return to Tacker "
+                "(holds the bearer token)",
+            },
         },
     }
-    answer = {"application/json": {"schema": {"$ref": _REF.format(model="DrainAnswer")}}}
+    answer = {"application/json": {"schema": {"$ref": _REF.format(model="HookAnswer")}}}
     refused = _problem("no or a wrong ``Authorization: Bearer <hooks.token>``")
     security: list[dict[str, list[str]]] = [{"hookToken": []}]
     return {
         path: {
             "post": {
-                "summary": "Drain the nodes on these servers before Tacker deletes them",
+                "summary": "Run the op-occ's cluster job for this point of the operation",
                 "security": security,
                 "requestBody": {
                     "required": True,
                     "content": {
-                        "application/json": {"schema": {"$ref": _REF.format(model="DrainRequest")}}
+                        "application/json": {"schema": {"$ref": _REF.format(model="HookRequest")}}
                     },
                 },
                 "responses": {
-                    "202": {"description": "kept; where the drain stands", "content": answer},
+                    "202": {"description": "kept; where its job stands", "content": answer},
                     "400": _problem("not a valid request; ``field`` names the first bad one"),
                     "401": refused,
+                    "413": _problem("the body is too large"),
                     "415": _problem("not ``application/json``"),
                     "503": _problem("the store cannot be written: nothing was kept, send again"),
                 },
             }
         },
-        path + "/{vnfLcmOpOccId}": {
+        path + "/{vnfLcmOpOccId}/{point}": {
             "get": {
-                "summary": "Where the op-occ's drain stands (poll until done or failed)",
+                "summary": "Where the op-occ's job for this point stands (poll until done or "
+                "failed)",
                 "security": security,
                 "parameters": [
                     {
@@ -81,12 +89,19 @@ def _hook_paths(path: str, schemas: dict[str, Any]) -> dict[str, Any]:
                         "in": "path",
                         "required": True,
                         "schema": {"type": "string"},
-                    }
+                    },
+                    {
+                        "name": "point",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"enum": list(HOOK_POINTS)},
+                    },
                 ],
                 "responses": {
                     "200": {"description": "the answer", "content": answer},
+                    "400": _problem("not an op-occ id, or not a hook point"),
                     "401": refused,
-                    "404": _problem("no drain request for this op-occ"),
+                    "404": _problem("no request for this op-occ and point"),
                 },
             }
         },
@@ -97,7 +112,7 @@ def openapi_document(
     callback_path: str = "/lccn/notifications", hook_path: str | None = None
 ) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the callback listener at ``callback_path`` (and of the
-    drain hook at ``hook_path`` when it is on)."""
+    management-driver hooks at ``hook_path`` when they are on)."""
     notification = TypeAdapter(Notification).json_schema(ref_template=_REF, by_alias=True)
     schemas: dict[str, Any] = notification.pop("$defs", {})
     schemas.setdefault(

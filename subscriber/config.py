@@ -533,20 +533,26 @@ class RelaySettings(_Section):
 
 
 class HookSettings(_Section):
-    """The drain hook (``POST {path}``) a VNF package's ``scale_start``/``heal_start``
-    script calls so that nodes are drained before Tacker deletes their VMs.
+    """Tacker's management-driver hooks (``POST {path}``): the VNF package's ``lccn_hook.py``,
+    run by Tacker inside an operation, asks us to run the operation's cluster job and waits
+    for it, so that the op-occ is COMPLETED only when the cluster is, and FAILED_TEMP with
+    our reason when it is not (see the hooks guide).
 
     Off until a bearer token is set (``token``, or ``token_file`` read at start-up);
     the script presents the same token.
     """
 
-    path: str = "/lccn/hooks/drain"
-    """Path of the drain hook's routes (``POST {path}``, ``GET {path}/{vnfLcmOpOccId}``)."""
+    path: str = "/lccn/hooks"
+    """Path of the hooks' routes (``POST {path}``, ``GET {path}/{vnfLcmOpOccId}/{point}``)."""
     token: SecretStr = SecretStr("")
-    """The bearer token the hook script must present; without it (or ``token_file``) the hook's
-    routes do not exist."""
+    """The bearer token the hook script must present; without it (or ``token_file``) the hooks'
+    routes do not exist. The access data handed back to a hook is sealed with a key derived
+    from it."""
     token_file: Path | None = None
     """A file holding the token, read at start-up (instead of ``token``)."""
+    answer_ttl: float = Field(default=7 * 86400.0, gt=0)
+    """Seconds the access data a job handed back to its hook (sealed) may still be handed out:
+    long enough for an operator's retry of the operation in Tacker."""
 
     @field_validator("path")
     @classmethod
@@ -827,6 +833,13 @@ class TackerSettings(_Section):
     TERMINATE: ``true`` for every instance, ``false`` for none; unset, for the instances
     of the v1 API only, as Tacker's v1 driver did (a v2 instance gets the access data in
     ``vimConnectionInfo``)."""
+    report_status: bool = True
+    """After the job of a COMPLETED notification (no hook ran it) ends, done or failed, PATCH an
+    ``lccn`` entry (state, operation, opOccId, reason, at) into the instance's ``metadata``, so
+    ``openstack vnflcm show`` tells how it went."""
+    status_report_timeout: float = Field(default=600.0, gt=0)
+    """Seconds a status entry is tried again while Tacker is busy with the instance (409) or
+    down."""
 
     subscribe_on_start: bool = False
     """Ensure our LCCN subscription when ``serve`` starts."""
@@ -840,9 +853,10 @@ class TackerSettings(_Section):
     """Notification verbosity asked for in a v2 subscription (``FULL`` carries affectedVnfcs and
     changedInfo)."""
 
-    reconcile_interval: float = Field(default=0.0, ge=0)
-    """Seconds between polls of ``GET vnf_lcm_op_occs`` for transitions Tacker failed to deliver;
-    ``0``: off."""
+    reconcile_interval: float = Field(default=60.0, ge=0)
+    """Seconds between polls of ``GET vnf_lcm_op_occs`` for transitions Tacker failed to deliver
+    (Tacker v2 sends each notification once); on whenever a Tacker is configured, ``0``: off.
+    The first poll starts from the moment ``serve`` first ran against this store."""
     reconcile_overlap: float = Field(default=60.0, ge=0)
     """Seconds re-read before the watermark: ``stateEnteredTime`` is written by Tacker's clock and
     a transition may commit after a later one was read."""

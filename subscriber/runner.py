@@ -24,7 +24,15 @@ from schemas import Notification, NotificationParseError, parse_notification
 from subscriber.config import DispatchSettings
 from subscriber.errors import EndJob, EventRejected, LccnError, LeaseLost, SkipStep, StepInterrupted
 from subscriber.failed import failure_output
-from subscriber.kernel import JobContext, Plan, RetryClass, RoutingTable, Services, Step
+from subscriber.kernel import (
+    Handler,
+    JobContext,
+    Plan,
+    RetryClass,
+    RoutingTable,
+    Services,
+    Step,
+)
 from subscriber.kernel.results import result_json
 from subscriber.logs import EventLogAdapter
 from subscriber.metrics import Metrics
@@ -33,7 +41,7 @@ from subscriber.store import EventRow, EventStatus, HeldLease, JobStatus, StepSt
 from subscriber.store.jobs import JobRow, StepOutcome, StepRow
 from subscriber.store.leases import Fence
 
-__all__ = ["EchoCheck", "JobOutcome", "Runner", "classify"]
+__all__ = ["EchoCheck", "JobObserver", "JobOutcome", "Runner", "classify"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,24 @@ class EchoCheck(Protocol):
     """Recognises notifications of our own write-backs (see :mod:`subscriber.tacker.echo`)."""
 
     async def is_echo(self, notification: Notification) -> bool: ...
+
+
+class JobObserver(Protocol):
+    """Told each job's end once it is written (the ``lccn`` status entry in Tacker)."""
+
+    def job_settled(
+        self,
+        event: EventRow,
+        handler: Handler,
+        outcome: JobOutcome,
+        *,
+        reason: str | None = None,
+        ended_early: bool = False,
+    ) -> None:
+        """``outcome`` is DONE or FAILED; ``reason`` the failure's one line (no secret);
+        ``ended_early``: a step ended the job before its last (nothing to do, a CNF, its
+        hook already ran it). Must not block: the caller is the job's lane."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +152,11 @@ class Runner:
         services: Services | None = None,
         metrics: Metrics | None = None,
         echo: EchoCheck | None = None,
+        observer: JobObserver | None = None,
     ) -> None:
         self._store = store
         self._echo = echo
+        self._observer = observer
         self._routing = routing
         self._settings = settings
         self._services = services or Services()
@@ -245,21 +273,25 @@ class Runner:
             results={},
             services=self._services,
             log=adapter,
+            source=event.source,
         )
         try:
             plan = handler.plan(notification)  # pure: no I/O (see subscriber.kernel.plan)
-            final = await self._run_plan(job, plan, ctx, stored_steps, lease)
+            final, ended_early = await self._run_plan(job, plan, ctx, stored_steps, lease)
         except _StepFailed as failed:
             failure = failed.failure
             outcome = await self._record_failure(
                 job, failed.step, failure, adapter, fence, checkpoint=failed.checkpoint
             )
+            self._settled(event, handler, outcome, f"{failed.step}: {failure.message}")
             return outcome, mode
         except (asyncio.CancelledError, LeaseLost):
             raise
         except Exception as exc:  # the handler's planning itself failed
             failure = classify(exc, RetryClass.AUTO)
-            return await self._record_failure(job, "(plan)", failure, adapter, fence), mode
+            outcome = await self._record_failure(job, "(plan)", failure, adapter, fence)
+            self._settled(event, handler, outcome, f"(plan): {failure.message}")
+            return outcome, mode
         await asyncio.shield(
             self._store.jobs.update(
                 job.id,
@@ -272,7 +304,26 @@ class Runner:
             )
         )
         adapter.info("job done", extra={"handler": handler.name, "steps": len(ctx.results)})
+        self._settled(event, handler, JobOutcome.DONE, None, ended_early=ended_early)
         return JobOutcome.DONE, mode
+
+    def _settled(
+        self,
+        event: EventRow,
+        handler: Handler,
+        outcome: JobOutcome,
+        reason: str | None,
+        *,
+        ended_early: bool = False,
+    ) -> None:
+        if self._observer is None or outcome not in (JobOutcome.DONE, JobOutcome.FAILED):
+            return
+        try:
+            self._observer.job_settled(
+                event, handler, outcome, reason=reason, ended_early=ended_early
+            )
+        except Exception:  # an observer's bug never fails the job it watches
+            log.exception("job observer failed", extra={"event_id": event.id})
 
     async def _run_plan(
         self,
@@ -281,10 +332,11 @@ class Runner:
         ctx: JobContext,
         stored_steps: list[StepRow],
         lease: HeldLease | None = None,
-    ) -> StepOutcome | None:
-        """Run the steps not done yet; return the last step's checkpoint, not yet written.
+    ) -> tuple[StepOutcome | None, bool]:
+        """Run the steps not done yet; return the last step's checkpoint, not yet written,
+        and whether a step ended the job early (:class:`~subscriber.errors.EndJob`).
 
-        The caller writes that one together with the job's outcome (one write
+        The caller writes that checkpoint together with the job's outcome (one write
         fewer per job); every other step is checkpointed as it ends.
         """
         stored = {s.name: s for s in stored_steps}
@@ -323,8 +375,8 @@ class Runner:
             try:
                 pending = await self._run_step(job, idx, step, ctx, started_at, fence)
             except _JobEnds as ends:
-                return ends.checkpoint
-        return pending
+                return ends.checkpoint, True
+        return pending, False
 
     async def _run_step(
         self,

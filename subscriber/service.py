@@ -23,13 +23,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from handlers import routing_for
+from handlers.handler import ClusterHandler
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.errors import ConfigError
+from subscriber.handback import HookAnswers
 from subscriber.health import CheckResult, Health
 from subscriber.heap import freeze_long_lived
 from subscriber.ingest.auth import CallbackAuth, build_ssl_context
-from subscriber.ingest.hooks import DrainHook
+from subscriber.ingest.hooks import LcmHooks
 from subscriber.ingest.http import CallbackIngress, make_app
 from subscriber.ingest.problems import problem_middleware
 from subscriber.kernel import RoutingTable, Services
@@ -39,6 +41,7 @@ from subscriber.openstack import OpenStackClient
 from subscriber.retention import Pruner
 from subscriber.runner import Runner
 from subscriber.ssh import SshPool
+from subscriber.status import StatusReporter
 from subscriber.store import Store
 from subscriber.store.wake import PgWakeListener, PgWakeSender
 from subscriber.tacker import EchoFilter, Reconciler, SubscriptionKeeper, TackerClient
@@ -75,9 +78,9 @@ async def _no_work_metrics() -> bytes:
 
 
 class Service(Component):
-    """The whole service; start order store -> owned clients -> dispatcher -> ingress (HTTP,
-    Kafka) -> subscription keeper -> reconciler, stop in reverse (the dispatcher drains
-    its lanes up to ``dispatch.graceful_timeout``).
+    """The whole service; start order store -> owned clients -> status reporter ->
+    dispatcher -> ingress (HTTP, Kafka) -> subscription keeper -> reconciler, stop in
+    reverse (the dispatcher drains its lanes up to ``dispatch.graceful_timeout``).
 
     Arguments:
         settings: the effective configuration.
@@ -129,12 +132,26 @@ class Service(Component):
             self.tacker = TackerClient(
                 settings.tacker, echo=self.store.tacker, on_retry=self.metrics.tacker_retried
             )
+        # What a job run by a management-driver hook hands back to it (sealed with the
+        # hooks' token); read by the hook's answer, written by the job.
+        hook_token = settings.hooks.bearer()
+        self.answers: HookAnswers | None = (
+            HookAnswers(
+                self.store.tacker,
+                hook_token,
+                vim_key=settings.tacker.vim_key,
+                ttl=settings.hooks.answer_ttl,
+            )
+            if hook_token
+            else None
+        )
         own = Services(
             ssh=self.ssh,
             tacker=self.tacker,
             openstack=self.openstack,
             inventory=self.store.inventory,
             values=self.store.tacker,
+            answers=self.answers,
         )
         self.services = own.merged(given)
         self._owned: list[Any] = [c for c in (self.ssh, self.openstack, self.tacker) if c]
@@ -149,6 +166,13 @@ class Service(Component):
         self.routing = routing or routing_for(settings, configured)
         self._routing_line = _routing_summary(self.routing, settings, missing)
         self.echo = EchoFilter(self.store.tacker, settings.tacker, self.tacker)
+        # Without a hook Tacker's op-occ cannot say how our job went: the instance's
+        # metadata does (the cluster jobs of COMPLETED notifications).
+        self.status: StatusReporter | None = None
+        if self.works and self.tacker is not None and settings.tacker.report_status:
+            self.status = StatusReporter(
+                self.tacker, settings.tacker, reports=lambda h: isinstance(h, ClusterHandler)
+            )
         self.runner = Runner(
             self.store,
             self.routing,
@@ -156,6 +180,7 @@ class Service(Component):
             self.services,
             metrics=self.metrics,
             echo=self.echo,
+            observer=self.status,
         )
         self.dispatcher = Dispatcher(self.store, self.runner, settings.dispatch, self.metrics)
         self.pruner: Pruner | None = (
@@ -203,7 +228,7 @@ class Service(Component):
                 install_metrics_route(self.app, self.metrics, self.store, ingest=False)
             self.ingress = CallbackIngress(settings.http, self.app)
             return
-        hook_path = settings.hooks.path if settings.hooks.bearer() else None
+        hook_path = settings.hooks.path if hook_token else None
         self.app = make_app(settings.http, self.store.events, hook_path=hook_path)
         # Components add readiness checks here (Kafka assigned, subscription present ...).
         self.health.install(self.app)
@@ -229,7 +254,9 @@ class Service(Component):
         )
         self.auth.install(self.app)
         self.health.register("callback_auth", self.auth.readiness)
-        self.hooks = DrainHook(settings.hooks, self.store, self.routing, wake=self._poke)
+        self.hooks = LcmHooks(
+            settings.hooks, self.store, self.routing, answers=self.answers, wake=self._poke
+        )
         self.hooks.install(self.app)
         self.ingress = CallbackIngress(
             settings.http, self.app, ssl_context=build_ssl_context(settings.auth)
@@ -302,6 +329,8 @@ class Service(Component):
         for client in self._owned:
             await self._start_child(client)
         if self.works:
+            if self.status is not None:
+                await self._start_child(self.status)
             if self.settings.dispatch.enabled:
                 await self._start_child(self.dispatcher)
             if self.pruner is not None:

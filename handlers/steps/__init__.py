@@ -14,7 +14,8 @@ module                         steps
 :mod:`.membership`             ``retire-nodes``, ``reconcile-membership``,
                                ``forget-inventory``; the drain hook's
                                ``drain-request``, ``select-leaving``,
-                               ``drain-leaving``
+                               ``drain-leaving``; a rollback's
+                               ``reset-nodes``
 :mod:`.vim`                    ``admin-token``, ``cluster-access``,
                                ``register-vim``, ``write-back``; TERMINATE's
                                ``delete-vim``, ``clear-write-back``
@@ -45,6 +46,7 @@ from handlers.steps.membership import (
     forget_inventory,
     forget_node,
     reconcile_membership,
+    reset_nodes,
     retire_nodes,
     select_leaving,
 )
@@ -99,6 +101,7 @@ __all__ = [
     "register_vim",
     "release_pvs",
     "reregister_vim",
+    "reset_nodes",
     "retire_nodes",
     "select_leaving",
     "storage_server",

@@ -13,7 +13,7 @@ of order converges all the same.
 
 from __future__ import annotations
 
-import json
+import asyncio
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -22,8 +22,13 @@ from handlers.results import Discovered, DrainServers, Leaving
 from handlers.toolkit import etcd, haproxy, kubeadm, kubectl
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
-from schemas.hooks import drain_key
-from subscriber.errors import EndJob, PermanentStepError, SkipStep, TransientStepError
+from subscriber.errors import (
+    EndJob,
+    PermanentStepError,
+    SkipStep,
+    SshConnectError,
+    TransientStepError,
+)
 from subscriber.kernel import JobContext, Step, StepResult
 from subscriber.kernel.ports import ClusterNode
 
@@ -33,6 +38,7 @@ __all__ = [
     "forget_inventory",
     "forget_node",
     "reconcile_membership",
+    "reset_nodes",
     "retire_nodes",
     "select_leaving",
 ]
@@ -179,6 +185,45 @@ def reconcile_membership(job: ClusterJob) -> Step:
     return Step("reconcile-membership", run, idempotent=True, timeout=120.0, needs=(Discovered,))
 
 
+class NodesReset(StepResult):
+    reset: tuple[str, ...] = ()
+    unreachable: tuple[str, ...] = ()
+
+
+# kubeadm's own undo, and the marker the install script leaves: the VM is as before it.
+_RESET = "{kubeadm} reset -f && rm -f /tmp/installed /etc/cni/net.d/*.conflist"
+
+
+def reset_nodes(job: ClusterJob) -> Step:
+    """A rollback: every node of the inventory undoes what the operation's job did to it
+    (``kubeadm reset``, the install's marker), so that a later INSTANTIATE on the same
+    machines starts clean. A node that does not answer is taken as gone (Tacker deletes
+    the VMs next)."""
+
+    async def run(ctx: JobContext) -> NodesReset:
+        nodes = await ctx.services.need_inventory().nodes(ctx.vnf_instance_id)
+        if not nodes:
+            raise SkipStep("no inventory for this instance", NodesReset())
+        shell = await job.shell(ctx)
+        command = _RESET.format(kubeadm=job.settings.kubeadm)
+
+        async def reset(node: ClusterNode) -> bool:
+            try:
+                result = await shell.run(node, command)
+            except SshConnectError:
+                return False
+            result.check(step="reset-nodes")
+            return True
+
+        done = await asyncio.gather(*(reset(n) for n in nodes))
+        return NodesReset(
+            reset=tuple(n.name for n, ok in zip(nodes, done, strict=True) if ok),
+            unreachable=tuple(n.name for n, ok in zip(nodes, done, strict=True) if not ok),
+        )
+
+    return Step("reset-nodes", run, idempotent=True, timeout=job.settings.kubectl_timeout * 3)
+
+
 class InventoryForgotten(StepResult):
     removed: int = 0
 
@@ -199,15 +244,16 @@ def forget_inventory(job: ClusterJob) -> Step:
 
 
 def drain_request(job: ClusterJob) -> Step:
-    """The servers of the op-occ's drain request, as stored by the hook endpoint; with
-    none (a package without the hook, a SCALE_OUT, the request not in yet) the job ends."""
+    """The servers of the op-occ's drain request, as its hook (``scale_start``,
+    ``heal_start``) left it; with none (a package without the hook, a SCALE_OUT, the
+    request not in yet) the job ends."""
 
     async def run(ctx: JobContext) -> DrainServers:
-        key = drain_key(job.notification.vnfLcmOpOccId)
-        raw = await ctx.services.need_values().get_value(key)
-        if raw is None:
+        request = await job.hook_request(ctx)
+        servers = (request or {}).get("servers") or ()
+        if not servers:
             raise EndJob("no drain requested for this operation", DrainServers())
-        return DrainServers(servers=tuple(sorted(json.loads(raw)["servers"])))
+        return DrainServers(servers=tuple(sorted(servers)))
 
     return Step(DrainServers.step, run, idempotent=True, timeout=30.0, makes=DrainServers)
 

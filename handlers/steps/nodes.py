@@ -34,7 +34,8 @@ HOST_LABEL = "CIS-node"  # Tacker's pod-affinity label: the worker's compute hos
 
 
 def discover_nodes(job: ClusterJob) -> Step:
-    """The instance's nodes from Tacker's VNFCs, Heat's ports and Nova; saved as inventory."""
+    """The instance's nodes from Tacker's VNFCs (as its hook saw them, when one asked for
+    the job), Heat's ports and Nova; saved as inventory."""
 
     async def run(ctx: JobContext) -> Discovered:
         instance = await job.instance(ctx)

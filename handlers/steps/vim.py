@@ -176,13 +176,15 @@ def has_entry(
 class WrittenBack(StepResult):
     endpoint: str
     modify_op_occ_id: str | None = None
+    handed_back: bool = False  # to the op-occ's hook, not PATCHed
 
 
 def write_back(job: ClusterJob) -> Step:
-    """PATCH our entry into ``vimConnectionInfo`` (skipped when already there)."""
+    """Our entry into ``vimConnectionInfo`` (skipped when already there): PATCHed, or, when a
+    management-driver hook asked for the job, handed back to it, for its script to return
+    to Tacker inside the operation (Tacker refuses a PATCH while the op-occ runs)."""
 
     async def run(ctx: JobContext) -> WrittenBack:
-        tacker = ctx.services.need_tacker()
         endpoint = job.access(ctx).endpoint
         instance = await job.instance(ctx)
         vim = job.vim(ctx)
@@ -191,7 +193,13 @@ def write_back(job: ClusterJob) -> Step:
                 f"vimConnectionInfo already has {endpoint}", WrittenBack(endpoint=endpoint)
             )
         access = await _access(job, ctx, "write-back", job.vim(ctx))
-        occ_id = await tacker.write_back(ctx.vnf_instance_id, access, api=job.api)
+        if ctx.source == "hook" and job.api == "v2":
+            occ = job.notification.vnfLcmOpOccId
+            await ctx.services.need_answers().hand_back(occ, ctx.vnf_instance_id, access)
+            return WrittenBack(endpoint=endpoint, handed_back=True)
+        occ_id = await ctx.services.need_tacker().write_back(
+            ctx.vnf_instance_id, access, api=job.api
+        )
         return WrittenBack(endpoint=endpoint, modify_op_occ_id=occ_id)
 
     return Step(

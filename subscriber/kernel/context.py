@@ -10,6 +10,7 @@ from schemas import Notification
 from subscriber.errors import ServiceMissing
 from subscriber.kernel.ports import (
     ClusterInventory,
+    HandBack,
     KeyValues,
     OpenStackLookups,
     SshExecutor,
@@ -48,6 +49,7 @@ class Services:
     openstack: OpenStackLookups | None = None
     inventory: ClusterInventory | None = None
     values: KeyValues | None = None
+    answers: HandBack | None = None
 
     def merged(self, overrides: Services | None) -> Services:
         """These services with every service ``overrides`` sets taking precedence."""
@@ -92,6 +94,14 @@ class Services:
         values: KeyValues = self._need("values", self.values)
         return values
 
+    def need_answers(self) -> HandBack:
+        if self.answers is None:
+            raise ServiceMissing(
+                "a job run by a management-driver hook hands its answer back through the "
+                "hook, which needs hooks.token (or hooks.token_file)"
+            )
+        return self.answers
+
 
 @dataclass(frozen=True, slots=True)
 class JobContext:
@@ -100,6 +110,8 @@ class JobContext:
     Attributes:
         event_id, job_id, attempt: identity of the run (attempt counts from 1).
         mode: ``live``, ``resume`` or ``anew``.
+        source: where the event came from (``http``, ``kafka``, ``reconcile``, ``replay``,
+            or ``hook``: a management-driver hook of the VNF package asked for the job).
         notification: the event's notification, parsed from the stored
             (redacted) body: secrets must be read from Tacker, not from here.
         results: the stored form of this job's done steps' results, by step name
@@ -118,6 +130,7 @@ class JobContext:
     results: dict[str, Any]
     services: Services
     log: logging.LoggerAdapter[logging.Logger]
+    source: str = ""
     step: str | None = None
     reads: frozenset[type[StepResult]] = frozenset()
 

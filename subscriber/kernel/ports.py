@@ -24,6 +24,7 @@ __all__ = [
     "ClusterInventory",
     "ClusterNode",
     "CommandResult",
+    "HandBack",
     "KeyValues",
     "KubernetesAccess",
     "OpenStackLookups",
@@ -367,8 +368,19 @@ class ClusterInventory(Protocol):
 
 
 class KeyValues(Protocol):
-    """Small named values kept in the store (``store.tacker``): the drain hook's requests."""
+    """Small named values kept in the store (``store.tacker``): the hooks' requests."""
 
     async def get_value(self, key: str) -> str | None:
         """The value under ``key``, or ``None``."""
+        ...
+
+
+class HandBack(Protocol):
+    """What a job run by a management-driver hook hands back to it (Tacker's script
+    returns it inside the operation), kept sealed: it holds the bearer token."""
+
+    async def hand_back(
+        self, op_occ_id: str, vnf_instance_id: str, access: KubernetesAccess
+    ) -> None:
+        """Hand our ``vimConnectionInfo`` entry for ``access`` to the op-occ's hook."""
         ...

@@ -5,6 +5,9 @@ events are the operator's (to replay or inspect) and go only when asked
 (``include_failed``); open events (pending, running, retry) never go. The age
 is that of the event's last change (``updated_at``: when it settled).
 
+The management-driver hooks' requests and sealed answers (``kv`` rows ``hook:...``,
+``hook-answer:...``) last written before the same age go with them.
+
 Deletes run in batches of whole events (steps, then jobs, then events, in
 one transaction per batch) through the process's writer at job priority, so
 ingest is never held up behind a long prune.
@@ -18,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from subscriber.store.database import Database
-from subscriber.store.tables import EventStatus, events, jobs, steps
+from subscriber.store.tables import EventStatus, events, jobs, kv, steps
 from subscriber.store.writer import WriteQueue
 
 __all__ = ["KEPT_UNTIL_ASKED", "SETTLED", "PruneCounts", "RetentionStore"]
@@ -80,7 +83,15 @@ class RetentionStore:
             done = await self._writer.run(_Batch(statuses, before, batch))
             total += done
             if done.events < batch:
-                return total
+                break
+        hooks = sa.or_(kv.c.key.like("hook:%"), kv.c.key.like("hook-answer:%"))
+        old_hooks = kv.delete().where(hooks, kv.c.updated_at < before)
+
+        def forget(conn: Connection) -> None:
+            conn.execute(old_hooks)
+
+        await self._writer.run(forget)
+        return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,3 +141,11 @@ class TackerStateStore:
                 conn.execute(sa.insert(kv).values(key=key, value=value, updated_at=now))
 
         await self._writer.run(write)
+
+    async def delete_value(self, key: str) -> bool:
+        """Remove the value under ``key``; whether there was one."""
+
+        def write(conn: Connection) -> bool:
+            return bool(conn.execute(sa.delete(kv).where(kv.c.key == key)).rowcount)
+
+        return bool(await self._writer.run(write))

@@ -463,6 +463,34 @@ class TackerClient(Component):
         if api == "v1":
             entry = v1_list_patch(await self.get_vnf_instance(vnf_instance_id, api=api), entry)
         body = {"vimConnectionInfo": entry}
+        op_occ_id = await self._patch_own(vnf_instance_id, body, api=api)
+        log.info(
+            "write-back sent",
+            extra={"vnfInstanceId": vnf_instance_id, "vnfLcmOpOccId": op_occ_id, "api": api},
+        )
+        await self.wait_op_occ(op_occ_id, api=api)
+        return op_occ_id
+
+    async def report_status(
+        self, vnf_instance_id: str, status: dict[str, Any], *, api: ApiVersion = "v2"
+    ) -> str:
+        """PATCH our ``lccn`` entry into the instance's ``metadata`` (how our last job on it
+        went, for ``openstack vnflcm show``); the MODIFY_INFO op-occ id (our own echo).
+
+        ``metadata``: both APIs' PATCH take it, and Tacker 16 reads only its own
+        ``VDU_VNFc_mapping`` key of it (v2 ``check_metadata_format``); ``extensions`` is
+        not in v1's PATCH. Does not wait for the op-occ.
+
+        Raises:
+            as :meth:`patch_vnf_instance`.
+        """
+        return await self._patch_own(vnf_instance_id, {"metadata": {"lccn": status}}, api=api)
+
+    async def _patch_own(
+        self, vnf_instance_id: str, body: dict[str, Any], *, api: ApiVersion
+    ) -> str:
+        """A PATCH of ours: noted (durably) before it leaves, its op-occ id attached once the
+        202 arrives, so that its MODIFY_INFO's notifications are known as our own echo."""
         # Authenticate first: wrong credentials fail here, before anything is recorded or sent.
         assert self._auth is not None
         with translate_errors("Tacker auth"):
@@ -483,11 +511,6 @@ class TackerClient(Component):
             raise
         if self._echo is not None and intent is not None:
             await self._echo.confirm_echo(intent, op_occ_id)
-        log.info(
-            "write-back sent",
-            extra={"vnfInstanceId": vnf_instance_id, "vnfLcmOpOccId": op_occ_id, "api": api},
-        )
-        await self.wait_op_occ(op_occ_id, api=api)
         return op_occ_id
 
     async def clear_write_back(self, vnf_instance_id: str, *, api: ApiVersion = "v1") -> None:

@@ -20,8 +20,9 @@ An op-occ only shows its *current* state, so:
   run. Transitions it cannot infer (a FAILED_TEMP that a retry then
   overwrote) are not invented.
 
-The first run with no watermark starts from "now": history before this
-service ever ran is not replayed.
+The first run with no watermark starts from "now", and no pass reads before that
+moment (``kv`` row ``reconcile.floor``): history before this service ever ran
+against its store is not replayed, whatever ``reconcile_overlap`` says.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = ["Reconciler", "implied_states", "synthesise"]
 log = logging.getLogger(__name__)
 
 WATERMARK_KEY = "reconcile.watermark"
+FLOOR_KEY = "reconcile.floor"
 _OP_OCC_TYPE = "VnfLcmOperationOccurrenceNotification"
 _AFTER_PROCESSING = {"COMPLETED", "FAILED_TEMP", "FAILED", "ROLLING_BACK"}
 
@@ -159,7 +161,9 @@ class Reconciler(Component):
 
     async def _start(self) -> None:
         if await self._store.tacker.get_value(WATERMARK_KEY) is None:
-            await self._store.tacker.set_value(WATERMARK_KEY, _format_time(dt.datetime.now(dt.UTC)))
+            now = _format_time(dt.datetime.now(dt.UTC))
+            await self._store.tacker.set_value(FLOOR_KEY, now)
+            await self._store.tacker.set_value(WATERMARK_KEY, now)
         self._spawn("tacker-reconciler", self._loop, restart=True)
 
     async def _loop(self) -> None:
@@ -188,6 +192,9 @@ class Reconciler(Component):
         mark_text = await self._store.tacker.get_value(WATERMARK_KEY)
         mark = _parse_time(mark_text) if mark_text else dt.datetime.now(dt.UTC)
         since = mark - dt.timedelta(seconds=self._settings.reconcile_overlap)
+        floor_text = await self._store.tacker.get_value(FLOOR_KEY)
+        if floor_text:
+            since = max(since, _parse_time(floor_text))
         occs = [
             o
             for o in await self._list_since(_format_time(since))

@@ -5,11 +5,14 @@ The Tacker bed (``bed``) is the run's one bed, from the root conftest; the test 
 the ssh tier's session fixture, imported as ``hosts`` (that tier calls it ``bed``). Only
 the simulator is ours, because its server pool must be the hosts' addresses (masters
 first, in order). ``serve_proc`` is ``lccn-subscriber serve`` as a subprocess wired to
-all three (SIGKILL and restart on the same store for the chaos tests).
+all three (SIGKILL and restart on the same store for the chaos tests). ``hooked_loop`` is
+the loop with Tacker's hooks on: ``serve`` with ``hooks.token`` and Tacker's conductor
+pointed at it, so the package's script runs every operation's cluster job inside it.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,11 +23,21 @@ import pytest
 from testbed import tacker_bed as tb
 from testbed import testhosts
 from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import TackerClient, wait_for
+from testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
 from tests.ssh.conftest import bed as hosts
 from tests.tacker.helpers import ServeProcess
 
-__all__ = ["callback_auth", "hosts", "serve_config", "testhosts"]
+from .day2 import Loop
+
+__all__ = [
+    "callback_auth",
+    "hooked_loop",
+    "hosts",
+    "reachable",
+    "serve_config",
+    "testhosts",
+    "unreachable",
+]
 
 
 @pytest.fixture(scope="session")
@@ -130,3 +143,105 @@ def serve_proc(
         for sub in subs if isinstance(subs, list) else ():
             if sub.get("callbackUri") == proc.callback_url:
                 tacker.unsubscribe(sub["id"])
+
+
+TOKEN = "e2e-hook-token-0c9d2b"
+
+
+@pytest.fixture
+def hooked_loop(
+    bed: tb.BedState,
+    tacker: TackerClient,
+    host_sim: SimProcess,
+    hosts: Any,
+    recorder: CallbackRecorder,
+    tmp_path: Path,
+) -> Iterator[Loop]:
+    """serve with the hooks on, and Tacker's conductor pointed at it."""
+    proc = ServeProcess(
+        tmp_path, config={**serve_config(bed, host_sim, hosts), "hooks": {"token": TOKEN}}
+    )
+    proc.start()
+    token_file = tmp_path / "hook-token"
+    token_file.write_text(TOKEN)
+    bed.hook_config.write_text(
+        json.dumps(
+            {
+                "url": f"http://127.0.0.1:{proc.port}/lccn/hooks",
+                "token_file": str(token_file),
+                "timeout": 240,
+                "poll_interval": 0.2,
+            }
+        )
+    )
+    loop = Loop(tacker, host_sim, hosts, proc, recorder)
+    try:
+
+        def subscribed() -> bool:
+            _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
+            return any(s.get("callbackUri") == proc.callback_url for s in subs)
+
+        wait_for(subscribed, timeout=30, interval=0.2, what="serve's own subscription")
+        yield loop
+    finally:
+        bed.hook_config.unlink(missing_ok=True)  # the other tests run without the hook
+        hosts.set_join_delay(0.0)
+        for host in hosts.hosts:
+            reachable(host)
+        for address in list(loop.cut):  # vm_gone took it off the network: later tests need it
+            loop.reconnect(address)
+        if not proc.alive():
+            proc.start()
+        if loop.inst:
+            give_up(loop)
+        proc.stop()
+        _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
+        for sub in subs if isinstance(subs, list) else ():
+            if sub.get("callbackUri") == proc.callback_url:
+                tacker.unsubscribe(sub["id"])
+
+
+def give_up(loop: Loop) -> None:
+    """Teardown, whatever the test left: a FAILED_TEMP op-occ failed for good, the instance
+    terminated if instantiated, then deleted."""
+    for occ in loop.tacker.op_occs():
+        if occ["vnfInstanceId"] == loop.inst and occ["operationState"] == "FAILED_TEMP":
+            loop.tacker.call("POST", f"/vnflcm/v2/vnf_lcm_op_occs/{occ['id']}/fail")
+    status, _, shown = loop.tacker.call("GET", f"/vnflcm/v2/vnf_instances/{loop.inst}")
+    if status != 200:
+        return
+    loop.instantiated = shown.get("instantiationState") == "INSTANTIATED"
+    loop.terminate()
+
+
+_RESET_SSH = [
+    "iptables",
+    "-p",
+    "tcp",
+    "--dport",
+    "22",
+    "-j",
+    "REJECT",
+    "--reject-with",
+    "tcp-reset",
+]
+
+
+def unreachable(host: Any) -> None:
+    """The host answers SSH with a reset: its open connections break, new ones are refused."""
+    subprocess.run(
+        ["ip", "netns", "exec", host.namespace, _RESET_SSH[0], "-I", "INPUT", *_RESET_SSH[1:]],
+        check=True,
+    )
+
+
+def reachable(host: Any) -> None:
+    while (
+        subprocess.run(
+            ["ip", "netns", "exec", host.namespace, _RESET_SSH[0], "-D", "INPUT", *_RESET_SSH[1:]],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    ):
+        pass

@@ -31,9 +31,6 @@ from testbed.tacker_api import ext_virtual_links, unique_name
 from tests.tacker.conftest import NETWORK_ID
 
 from .day2 import ADMIN_CONF, Loop
-from .test_drain_hook_e2e import hooked_loop
-
-__all__ = ["hooked_loop"]  # the fixture: serve with the drain hook on
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.usefixtures("fresh_cluster", "nfs_reset")]
 

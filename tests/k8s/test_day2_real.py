@@ -104,14 +104,14 @@ async def test_scale_in_drains_real_pods_before_the_vm_goes(hosts: TestBed, tmp_
             request = {
                 "vnfInstanceId": inst,
                 "vnfLcmOpOccId": scale,
-                "operation": "SCALE",
+                "point": "scale_start",
                 "servers": [server_at(tacker, openstack, inst, leaves.address)],
             }
             async with http.post(url, json=request, headers=auth) as r:
                 assert r.status == 202
             async with asyncio.timeout(300):
                 while True:
-                    async with http.get(f"{url}/{scale}", headers=auth) as r:
+                    async with http.get(f"{url}/{scale}/scale_start", headers=auth) as r:
                         answer = await r.json()
                     if answer["status"] in ("done", "failed"):
                         break

@@ -104,7 +104,7 @@ async def test_storage_pvs_available_bound_claim_refuses_the_heal_on_the_real_ap
                 request = {
                     "vnfInstanceId": inst,
                     "vnfLcmOpOccId": heal,
-                    "operation": "HEAL",
+                    "point": "heal_start",
                     "servers": [vnfc["computeResource"]["resourceId"]],
                 }
                 async with http.post(url, json=request, headers=auth) as r:
@@ -112,7 +112,7 @@ async def test_storage_pvs_available_bound_claim_refuses_the_heal_on_the_real_ap
                 sent += 1
                 async with asyncio.timeout(300):
                     while True:
-                        async with http.get(f"{url}/{heal}", headers=auth) as r:
+                        async with http.get(f"{url}/{heal}/heal_start", headers=auth) as r:
                             answer: dict[str, Any] = await r.json()
                         if answer["status"] in ("done", "failed"):
                             return answer

@@ -189,7 +189,8 @@ def test_routing_line_names_every_handled_operation() -> None:
 
     line = _routing_summary(default_routing(cluster_handlers=True), Settings(), [])
     assert line == (
-        "handling HEAL (COMPLETED, PROCESSING, STARTING); INSTANTIATE (COMPLETED, STARTING); "
-        "SCALE (COMPLETED, PROCESSING, STARTING); TERMINATE (COMPLETED); "
+        "handling HEAL (COMPLETED, PROCESSING, STARTING); "
+        "INSTANTIATE (COMPLETED, ROLLING_BACK, STARTING); "
+        "SCALE (COMPLETED, PROCESSING, ROLLING_BACK, STARTING); TERMINATE (COMPLETED); "
         "every other transition is only recorded (log handler)"
     )

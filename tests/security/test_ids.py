@@ -135,7 +135,7 @@ async def hooked(db_url: str) -> AsyncIterator[Service]:
     ("field", "value"),
     [
         ("vnfLcmOpOccId", "../../../v1.0/vims"),
-        ("vnfLcmOpOccId", "o" * 250),  # "drain:" + it outgrows the kv key column
+        ("vnfLcmOpOccId", "o" * 250),  # "hook:" + it outgrows the kv key column
         ("vnfInstanceId", "inst/../other"),
         ("servers", ["server\n1"]),
     ],
@@ -147,7 +147,7 @@ async def test_the_drain_hook_refuses_ids_that_are_not_ids(
     body = {
         "vnfInstanceId": uid(),
         "vnfLcmOpOccId": uid(),
-        "operation": "SCALE",
+        "point": "scale_start",
         "servers": [uid()],
     }
     body[field] = value
@@ -156,7 +156,7 @@ async def test_the_drain_hook_refuses_ids_that_are_not_ids(
         problem = await resp.json(content_type=None)
     assert problem["detail"].startswith(field)
     assert await hooked.store.events.list() == []
-    async with http.get(f"{url}/..%2F..%2Fvims", headers=AUTH) as resp:
+    async with http.get(f"{url}/..%2F..%2Fvims/scale_start", headers=AUTH) as resp:
         assert resp.status == 400
 
 

@@ -31,13 +31,14 @@ async def drain(c: Cluster, operation: str, occ: str, servers: list[str]) -> dic
     """POST the request as the hook script does, then poll for the answer."""
     url = f"http://127.0.0.1:{c.svc.port}{HOOKS.path}"
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    body = {"vnfInstanceId": c.inst, "vnfLcmOpOccId": occ, "operation": operation}
+    point = f"{operation.lower()}_start"
+    body = {"point": point, "vnfInstanceId": c.inst, "vnfLcmOpOccId": occ}
     async with aiohttp.ClientSession(headers=auth) as http:
         async with http.post(url, json={**body, "servers": servers}) as r:
             assert r.status == 202, await r.text()
         async with asyncio.timeout(180):
             while True:
-                async with http.get(f"{url}/{occ}") as r:
+                async with http.get(f"{url}/{occ}/{point}") as r:
                     answer: dict[str, Any] = await r.json()
                 if answer["status"] in ("done", "failed"):
                     c.sent += 1  # the hook's PROCESSING event

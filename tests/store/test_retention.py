@@ -84,6 +84,21 @@ async def test_prune_takes_settled_events_with_their_jobs_and_steps_and_keeps_th
     assert set(await _left(store)) == {*old_open.values(), young}  # open ones never go
 
 
+async def test_prune_takes_the_hooks_old_requests_and_answers(store: Store) -> None:
+    old = [f"hook:{uid()}:COMPLETED", f"hook-answer:{uid()}"]
+    for key in [*old, "reconcile.watermark"]:
+        await store.tacker.set_value(key, "{}")
+    await asyncio.sleep(0.05)
+    cutoff = time.time()
+    await asyncio.sleep(0.05)
+    young = f"hook:{uid()}:PROCESSING"
+    await store.tacker.set_value(young, "{}")
+    await store.retention.prune(cutoff)
+    assert [await store.tacker.get_value(k) for k in old] == [None, None]
+    assert await store.tacker.get_value(young) == "{}"
+    assert await store.tacker.get_value("reconcile.watermark") == "{}"  # not a hook's
+
+
 async def test_events_prune_on_the_command_line(store: Store, db_url: str) -> None:
     for status in ("done", "done", "failed", "pending"):
         await _event(store, status, steps=3)

@@ -1,6 +1,7 @@
 """The drain hook with the real Tacker 16.0.0: Tacker runs the package's ``lccn_hook.py``
 as its v2 management-driver ``scale_start``/``heal_start`` script, the script asks our
-Service to drain, and Tacker deletes the VM only after the answer.
+Service to drain, and Tacker deletes the VM only after the answer. (The package wires
+the other points too; here their transitions only reach the ``log`` handler.)
 
 The Service runs in process, subscribed to Tacker (so Tacker's own PROCESSING
 notification races the hook's request, as in production), with the drain job's cluster
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from handlers.job import ClusterJob
+from handlers.log import LogHandler
 from handlers.results import DrainServers, Leaving
 from handlers.steps import drain_request
 from schemas import Notification
@@ -73,6 +75,7 @@ async def hooked(
     reg = RoutingTable()
     for op in ("SCALE", "HEAL"):
         reg.register(handler, operation=op, state="PROCESSING")
+    reg.register(LogHandler())  # as serve's routing: every other transition is recorded
     settings = make_settings(db_url).model_copy(update={"hooks": HookSettings(token=TOKEN)})
     svc = Service(settings, routing=reg)
     await svc.start()

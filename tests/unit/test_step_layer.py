@@ -45,7 +45,7 @@ def _ctx(results: dict[str, Any] | None = None) -> JobContext:
 def test_every_routed_plan_is_built_with_its_needs_made_earlier() -> None:
     table = default_routing(cluster=ClusterSettings(), cluster_handlers=True)
     routes = cluster_routes()
-    assert len(routes) == 9
+    assert len(routes) == 11
     for route in routes:
         operation, state = route.operation, route.state
         assert operation is not None

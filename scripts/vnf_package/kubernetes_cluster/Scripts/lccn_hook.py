@@ -1,25 +1,39 @@
-"""lccn-subscriber's drain hook: Tacker v2's ``scale_start`` / ``heal_start`` script.
+"""lccn-subscriber's hook: Tacker v2's management-driver script for every point of an operation.
 
-Tacker runs it in its conductor (``python lccn_hook.py``) with a pickled dict on
-stdin (``operation``, ``request``, ``vnf_instance``, ``grant_request`` ...) right
-before it deletes VMs, and fails the operation when it exits non-zero. It asks
-lccn-subscriber to drain the Kubernetes nodes on the servers Tacker's grant request
-removes (``removeResources`` of type COMPUTE: Tacker's own choice) and waits,
-bounded, for the answer. Nothing goes to stdout (Tacker unpickles it).
+Tacker runs it in its conductor (``python lccn_hook.py``) inside the operation, with a
+pickled dict on stdin (``operation`` is the point: ``instantiate_end``, ``scale_start``
+...; ``request``, ``vnf_instance``, ``grant_request`` ...), and waits for it. It asks
+lccn-subscriber to run the operation's cluster job for that point and waits, bounded,
+for the answer:
+
+- ``scale_start`` / ``heal_start``: drain the Kubernetes nodes on the servers Tacker's
+  grant request removes (``removeResources`` of type COMPUTE: Tacker's own choice)
+  before Tacker deletes their VMs; nothing to remove (SCALE_OUT, a whole-VNF heal):
+  exit 0 at once;
+- ``instantiate_end``, ``scale_end``, ``heal_end``: build or converge the cluster; when
+  the job hands back our ``vimConnectionInfo`` entry (INSTANTIATE, a whole-VNF heal),
+  the script prints the instance with it, pickled, on stdout, and Tacker keeps it with
+  the operation (no MODIFY_INFO);
+- ``terminate_start``: forget the cluster (VIM, inventory) while the VMs still run;
+- ``instantiate_rollback_start``, ``scale_rollback_start``: undo what the job did on the
+  nodes before Tacker deletes them.
+
+A job that fails makes the script exit 1 with one line on stderr (the job's reason, no
+secret): Tacker fails the op-occ to FAILED_TEMP with that line in its ``error``, and
+``retry`` asks again (the job resumes from its checkpoints), ``rollback`` runs the
+``*_rollback_start`` point.
 
 Configuration, in the conductor's environment (never in the package):
 
 - ``LCCN_HOOK_CONFIG``: a JSON file (default ``/etc/tacker/lccn_hook.json``) with
-  ``url`` (``https://lccn.example:8765/lccn/hooks/drain``), ``token_file`` (a file
-  holding ``hooks.token``, readable by the conductor only) or ``token``, and
-  optionally ``timeout`` (seconds, default 900), ``poll_interval`` (default 2)
-  and ``cafile``;
+  ``url`` (``https://lccn.example:8765/lccn/hooks``), ``token_file`` (a file holding
+  ``hooks.token``, readable by the conductor only) or ``token``, and optionally
+  ``timeout`` (seconds, default 3600), ``poll_interval`` (default 2) and ``cafile``;
 - or ``LCCN_HOOK_URL``, ``LCCN_HOOK_TOKEN_FILE``, ``LCCN_HOOK_TIMEOUT``,
   ``LCCN_HOOK_CAFILE``, which win over the file.
 
-With neither, the script does nothing (exit 0, one warning on stderr): the nodes
-are then removed without a drain, and lccn-subscriber converges at COMPLETED.
-Nothing to drain (SCALE_OUT, a whole-VNF heal) also exits 0 at once.
+With neither, the script does nothing (exit 0, one warning on stderr): lccn-subscriber
+then acts on the operation's COMPLETED notification, as without the hook.
 
 Python standard library only: it runs with the conductor's interpreter.
 """
@@ -34,6 +48,32 @@ import urllib.error
 import urllib.request
 
 DEFAULT_CONFIG = "/etc/tacker/lccn_hook.json"
+POINTS = (
+    "instantiate_end",
+    "scale_start",
+    "scale_end",
+    "heal_start",
+    "heal_end",
+    "terminate_start",
+    "instantiate_rollback_start",
+    "scale_rollback_start",
+)
+DRAIN_POINTS = ("scale_start", "heal_start")
+# What of the instance lccn-subscriber is sent: never accessInfo (Tacker passes the VIM's
+# password in it), nor what the cluster job does not read.
+INSTANCE_FIELDS = (
+    "id",
+    "vnfInstanceName",
+    "vnfdId",
+    "vnfProvider",
+    "vnfProductName",
+    "vnfSoftwareVersion",
+    "vnfdVersion",
+    "instantiationState",
+    "instantiatedVnfInfo",
+)
+VIM_FIELDS = ("vimId", "vimType", "interfaceInfo")
+DETAIL_MAX = 400
 
 
 class HookError(Exception):
@@ -74,7 +114,7 @@ def leaving_servers(data):
     request = data.get("request") or {}
     if operation == "scale_start" and request.get("type") != "SCALE_IN":
         return []
-    if operation not in ("scale_start", "heal_start"):
+    if operation not in DRAIN_POINTS:
         return []
     grant = data.get("grant_request") or {}
     servers = [
@@ -91,8 +131,25 @@ def leaving_servers(data):
     return servers
 
 
+def instance_view(instance):
+    """The instance as lccn-subscriber may see it: no credentials."""
+    view = {k: instance[k] for k in INSTANCE_FIELDS if k in instance}
+    vims = instance.get("vimConnectionInfo") or {}
+    view["vimConnectionInfo"] = {
+        key: {k: entry[k] for k in VIM_FIELDS if k in entry}
+        for key, entry in vims.items()
+        if isinstance(entry, dict)
+    }
+    return view
+
+
+def one_line(text):
+    line = " ".join(str(text).split())
+    return line if len(line) <= DETAIL_MAX else line[: DETAIL_MAX - 3] + "..."
+
+
 def call(conf, method, url, body=None):
-    data = json.dumps(body).encode() if body is not None else None
+    data = json.dumps(body, default=str).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method)
     req.add_header("Authorization", "Bearer " + conf["token"])
     req.add_header("Accept", "application/json")
@@ -112,16 +169,22 @@ def call(conf, method, url, body=None):
         return exc.code, {"detail": detail}
 
 
-def drain(conf, data, servers):
+def ask(conf, data, point, servers):
+    """Post the request, then poll until lccn-subscriber answers done or failed."""
     grant = data.get("grant_request") or {}
+    instance = data.get("vnf_instance") or {}
     op_occ = grant.get("vnfLcmOpOccId")
+    if not op_occ:
+        raise HookError(f"{point}: Tacker passed no grant request, so no op-occ id")
     body = {
-        "vnfInstanceId": grant.get("vnfInstanceId") or (data.get("vnf_instance") or {}).get("id"),
+        "point": point,
+        "vnfInstanceId": grant.get("vnfInstanceId") or instance.get("id"),
         "vnfLcmOpOccId": op_occ,
-        "operation": "SCALE" if data["operation"] == "scale_start" else "HEAL",
-        "servers": servers,
+        "vnfInstance": instance_view(instance),
     }
-    timeout = float(conf.get("timeout") or 900)
+    if servers:
+        body["servers"] = servers
+    timeout = float(conf.get("timeout") or 3600)
     interval = float(conf.get("poll_interval") or 2)
     deadline = time.monotonic() + timeout
     url = conf["url"].rstrip("/")
@@ -133,47 +196,64 @@ def drain(conf, data, servers):
                 status, answer = call(conf, "POST", url, body)
                 posted = status == 202
             else:
-                status, answer = call(conf, "GET", f"{url}/{op_occ}")
+                status, answer = call(conf, "GET", f"{url}/{op_occ}/{point}")
         except (OSError, ValueError) as exc:  # down or restarting: keep asking until the deadline
             status, answer = 0, {"detail": str(getattr(exc, "reason", exc))}
         if status in (401, 403):
             raise HookError(f"lccn-subscriber refused the hook's token (HTTP {status})")
-        if status == 400:
+        if status in (400, 413):
             raise HookError(f"lccn-subscriber refused the request: {answer.get('detail')}")
         if status == 404 and posted:
             posted = False  # the request was lost (store replaced?): post it again
         state = answer.get("status") if status in (200, 202) else None
         if state == "done":
-            print(
-                f"lccn hook: drained {', '.join(answer.get('nodes') or []) or 'nothing'}",
-                file=sys.stderr,
-            )
-            return
+            return answer
         if state == "failed":
-            raise HookError(f"drain failed: {answer.get('detail') or 'see lccn-subscriber'}")
+            raise HookError(answer.get("detail") or "failed: see lccn-subscriber events")
         last = state or f"HTTP {status} {answer.get('detail') or ''}".strip()
+        if state == "running" and answer.get("detail"):
+            last = f"retrying after: {answer['detail']}"
         time.sleep(interval)
-    raise HookError(f"no drain answer within {timeout:.0f} s (last: {last})")
+    raise HookError(f"no answer within {timeout:.0f} s (last: {last})")
+
+
+def with_vim(instance, vim_connection_info):
+    """The instance Tacker passed, with our vimConnectionInfo entry in (after its own)."""
+    out = dict(instance)
+    vims = dict(out.get("vimConnectionInfo") or {})
+    vims.update(vim_connection_info)
+    out["vimConnectionInfo"] = vims
+    return out
 
 
 def main():
     data = pickle.load(sys.stdin.buffer)
-    servers = leaving_servers(data)
-    if not servers:
+    point = data.get("operation")
+    if point not in POINTS:
         return 0
+    servers = []
+    if point in DRAIN_POINTS:
+        servers = leaving_servers(data)
+        if not servers:
+            return 0
     try:
         conf = load_config()
         if conf is None:
-            print(
+            sys.stderr.write(
                 "lccn hook: not configured (LCCN_HOOK_CONFIG or LCCN_HOOK_URL): "
-                "nodes are removed without a drain",
-                file=sys.stderr,
+                "lccn-subscriber acts on the notifications alone\n"
             )
             return 0
-        drain(conf, data, servers)
+        answer = ask(conf, data, point, servers)
     except HookError as exc:
-        print(f"lccn hook: {exc}", file=sys.stderr)
+        # Tacker puts stderr in the op-occ's error: one line, nothing else on it.
+        sys.stderr.write(one_line(f"lccn-subscriber: {exc}"))
         return 1
+    vims = answer.get("vimConnectionInfo")
+    if vims:
+        out = {"vnf_instance": with_vim(data.get("vnf_instance") or {}, vims)}
+        sys.stdout.buffer.write(pickle.dumps(out))
+        sys.stdout.flush()
     return 0
 
 

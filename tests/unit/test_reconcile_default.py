@@ -1,0 +1,63 @@
+"""The reconciler is on whenever a Tacker is configured (Tacker v2 sends each notification
+once), and it never reads back before the moment ``serve`` first ran against its store."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from subscriber.config import TackerSettings
+from subscriber.service import Service
+from subscriber.store import Store
+from subscriber.tacker import TackerClient
+from subscriber.tacker.reconciler import FLOOR_KEY, WATERMARK_KEY, Reconciler
+from tests.conftest import make_settings
+from tests.unit.scripted_tacker import ScriptedTacker
+
+pytestmark = pytest.mark.asyncio
+
+
+def stamp(seconds_ago: float) -> str:
+    at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def occ(entered: str) -> dict[str, str]:
+    return {
+        "id": f"occ-{entered}",
+        "vnfInstanceId": "inst-1",
+        "operation": "INSTANTIATE",
+        "operationState": "COMPLETED",
+        "stateEnteredTime": entered,
+    }
+
+
+async def test_on_by_default_with_a_tacker(db_url: str) -> None:
+    assert TackerSettings().reconcile_interval == 60.0
+    with_tacker = make_settings(db_url).model_copy(
+        update={"tacker": TackerSettings(endpoint="http://127.0.0.1:9")}
+    )
+    assert Service(with_tacker).reconciler is not None
+    assert Service(make_settings(db_url)).reconciler is None  # no Tacker: nothing to poll
+    off = with_tacker.model_copy(
+        update={"tacker": TackerSettings(endpoint="http://127.0.0.1:9", reconcile_interval=0)}
+    )
+    assert Service(off).reconciler is None
+
+
+async def test_the_first_pass_reads_nothing_from_before_the_first_start(
+    fake: ScriptedTacker, store: Store
+) -> None:
+    before, after = occ(stamp(30)), occ(stamp(-1))  # one within the overlap, one to come
+    fake.on("GET", "/vnflcm/v2/vnf_lcm_op_occs", (200, [before, after]))
+    settings = TackerSettings(endpoint=fake.url, reconcile_overlap=120, retry_attempts=1)
+    async with TackerClient(settings) as client:
+        reconciler = Reconciler(store, client, settings)
+        async with reconciler:
+            assert await store.tacker.get_value(FLOOR_KEY) == await store.tacker.get_value(
+                WATERMARK_KEY
+            )
+            await reconciler.reconcile_once()
+    ids = {e.vnf_lcm_op_occ_id for e in await store.events.list()}
+    assert ids == {after["id"]}
