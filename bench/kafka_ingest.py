@@ -59,7 +59,7 @@ from subscriber.heap import freeze_long_lived
 from subscriber.ingest.kafka import KafkaSource
 from subscriber.store import AppendResult, EventStore, NewEvent, Store
 from subscriber.store.tables import events
-from testbed import kafka_broker
+from tests.testbed import kafka_broker
 
 PARTITIONS = 3
 STATES = (("STARTING", "START"), ("PROCESSING", "START"), ("COMPLETED", "RESULT"))

@@ -25,7 +25,7 @@ from pathlib import Path
 from benchlib import PATH, ROOT, free_port, machine, notification, server_process, wait_ready
 from ingest import paced, saturate, spread
 
-from testbed import kafka_broker
+from tests.testbed import kafka_broker
 
 
 def body(i: int) -> bytes:

@@ -1,6 +1,6 @@
 """Workers joining in parallel vs one after another (Tacker's driver joins them in turn).
 
-Builds 11 real sshd hosts (testbed/testhosts.py), initialises a one-master
+Builds 11 real sshd hosts (tests/testbed/testhosts.py), initialises a one-master
 cluster with the stand-in kubeadm, gives every ``kubeadm join`` a fixed cost
 (``--join-cost``, default 1.5 s: the stand-in sleeps, like a real join waits on
 the API server and the kubelet), then times the same worker step, the
@@ -14,7 +14,7 @@ install script's ``-w`` path over SSH, for 10 workers:
   COMPLETED for 10 added worker VNFCs runs the SCALE handler (discover, scripts,
   /etc/hosts on every node, the parallel joins, labels, reconcile), timed from
   the notification's 204 to the job's end. Tacker and OpenStack are the
-  in-memory fakes of the tests (``testbed/cluster_vnf.py``).
+  in-memory fakes of the tests (``tests/testbed/cluster_vnf.py``).
 
 Each round starts from fresh connections and fresh nodes. Prints the figures,
 then ``ratio=<sequential/handler>`` as the last line. Needs root (namespaces);
@@ -48,7 +48,7 @@ from handlers.toolkit.install_report import parse_install_output  # noqa: E402
 from subscriber.config import SshSettings  # noqa: E402
 from subscriber.kernel.ports import SshTarget  # noqa: E402
 from subscriber.ssh import SshPool  # noqa: E402
-from testbed import testhosts  # noqa: E402
+from tests.testbed import testhosts  # noqa: E402
 
 SCRIPTS = ROOT / "handlers" / "toolkit" / "node"  # node-side files
 SCRIPT = "/tmp/install_k8s_cluster.sh"
@@ -146,7 +146,7 @@ async def handler_scale_out(bed: Any, database: str) -> tuple[float, float]:
     )
     from subscriber.kernel import Services
     from subscriber.service import Service
-    from testbed.cluster_vnf import add_worker, cluster_vnf, k8s_params, lcm_op_occ
+    from tests.testbed.cluster_vnf import add_worker, cluster_vnf, k8s_params, lcm_op_occ
 
     testhosts.reset_cluster(bed)
     master, workers = bed.hosts[0], bed.hosts[1:]

@@ -12,7 +12,7 @@ What is real and what is simulated (the tests' beds, see docs/contributing.md):
   ``--kubernetes real`` they run the real kubeadm, kube-apiserver, etcd, kubectl
   built by ``scripts/setup.d/40-k8s.sh`` (only the kubelet is a stand-in process);
   ``--kubernetes standin`` uses the stand-in tools (faster, no API server to reach);
-- OpenStack is the simulator (``testbed/openstack_sim``): its servers get the hosts'
+- OpenStack is the simulator (``tests/testbed/openstack_sim``): its servers get the hosts'
   addresses, so what Tacker's Heat stack creates is what ``serve`` reaches;
 - Tacker and ``serve`` are the real programs, ``serve`` a subprocess configured by a
   TOML file the demo writes (printed with ``--show-config``), as an operator would.
@@ -46,10 +46,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from testbed import tacker_bed, testhosts  # noqa: E402
-from testbed.cluster_vnf import k8s_params  # noqa: E402
-from testbed.openstack_sim.process import SimProcess  # noqa: E402
-from testbed.tacker_api import (  # noqa: E402
+from tests.testbed import tacker_bed, testhosts  # noqa: E402
+from tests.testbed.cluster_vnf import k8s_params  # noqa: E402
+from tests.testbed.openstack_sim.process import SimProcess  # noqa: E402
+from tests.testbed.tacker_api import (  # noqa: E402
     CallbackRecorder,
     TackerClient,
     ext_virtual_links,

@@ -21,7 +21,7 @@ from typing import Any
 from schemas.hooks import answer_key
 from subscriber.kernel.ports import KubernetesAccess
 from subscriber.store import TackerStateStore
-from subscriber.tacker.client import vim_connection_entry
+from subscriber.vim_connection import vim_connection_entry
 
 __all__ = ["HookAnswers"]
 

@@ -3,7 +3,7 @@
 :class:`FakeSsh` is the one SSH executor of the unit tests: scripted answers by
 command pattern, a record of what ran, the files written. The in-memory Tacker
 and OpenStack (:class:`FakeTacker`, :class:`FakeOpenStack`, :func:`cluster_vnf`
-and the SCALE/HEAL changes) live in :mod:`testbed.cluster_vnf`, which the
+and the SCALE/HEAL changes) live in :mod:`tests.testbed.cluster_vnf`, which the
 benchmarks use too; they are imported here so that a test finds every fake in
 one module. :func:`cluster_service` runs the cluster handlers in a real Service
 against them (on real nodes in the ``ssh`` and ``k8s`` tiers).
@@ -31,7 +31,8 @@ from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
 from subscriber.kernel.ports import CommandResult, SshExecutor, SshTarget
 from subscriber.kernel.results import result_json
 from subscriber.service import Service
-from testbed.cluster_vnf import (
+from tests.conftest import make_settings
+from tests.testbed.cluster_vnf import (
     MASTER_CP,
     VIP_CP,
     WORKER_CP,
@@ -47,7 +48,6 @@ from testbed.cluster_vnf import (
     uid,
     vnf_package,
 )
-from tests.conftest import make_settings
 
 __all__ = [
     "MASTER_CP",

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from testbed import tacker_bed
-from testbed.tacker_api import LOCK_WAITS, CallbackRecorder, TackerClient
+from tests.testbed import tacker_bed
+from tests.testbed.tacker_api import LOCK_WAITS, CallbackRecorder, TackerClient
 
 _timings: dict[str, float] = {}
 STARTS: list[float] = []

@@ -6,7 +6,7 @@
 # Debian bookworm's `kubernetes` source package (Go dependencies vendored) with
 # Debian's Go, offline (GOPROXY=off), into a cache directory that survives fresh
 # clones. etcd comes from Debian (etcd-server 3.4). Only the kubelet is stood in
-# (testbed/kubelet_standin.py): there is no container runtime here.
+# (tests/testbed/kubelet_standin.py): there is no container runtime here.
 #
 # The vendored github.com/modern-go/reflect2 1.0.1 makes the apiserver segfault
 # with Go >= 1.18; it is replaced by Debian's 1.0.2 before building.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The storage server tests' NFS: NFS-Ganesha (a user-space NFS server: the kernel's
 # nfsd cannot serve from the test hosts' network namespaces) behind the test hosts'
-# `exportfs` (testbed/exportfs_ganesha.py), libnfs's user-space client
+# `exportfs` (tests/testbed/exportfs_ganesha.py), libnfs's user-space client
 # (nfs-ls, nfs-cp: no kernel NFS client to mount with) to read and write the exports
 # from the nodes, and nfs-common so that the nodes' NFS client counts as installed.
 # Idempotent: does nothing when everything is already installed.

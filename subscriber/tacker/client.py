@@ -21,7 +21,6 @@ import json
 import logging
 import random
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
@@ -42,6 +41,7 @@ from subscriber.lifecycle import Component
 from subscriber.tacker.auth import TackerAuth, build_auth
 from subscriber.tacker.errors import error_for_status, translate_errors
 from subscriber.tacker.ports import EchoRecorder
+from subscriber.vim_connection import entry_id, v1_list_patch, vim_connection_entry
 
 __all__ = [
     "Response",
@@ -49,8 +49,6 @@ __all__ = [
     "filter_value",
     "is_our_vim",
     "segment",
-    "v1_list_patch",
-    "vim_connection_entry",
     "vim_description",
 ]
 
@@ -58,7 +56,6 @@ log = logging.getLogger(__name__)
 
 API_VERSIONS = {"v1": "1.3.0", "v2": "2.0.0"}
 MERGE_PATCH = "application/merge-patch+json"
-KUBERNETES_V2 = "ETSINFV.KUBERNETES.V_1"
 _FAILED_STATES = {"FAILED_TEMP", "FAILED", "ROLLED_BACK"}
 
 
@@ -121,60 +118,6 @@ def is_our_vim(vim: Mapping[str, Any], owner: str | None) -> bool:
     return description == vim_description(owner) or (
         description == VIM_MARKER and vim.get("name") == f"kubernetes_vim_{owner}"
     )
-
-
-def _entry_id(vnf_instance_id: str, key: str) -> str:
-    """A stable id for our entry, so a repeated write-back updates instead of adding."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lccn-subscriber:{vnf_instance_id}:{key}"))
-
-
-def vim_connection_entry(
-    vnf_instance_id: str, access: KubernetesAccess, *, key: str, api: ApiVersion
-) -> Any:
-    """Our complete Kubernetes ``vimConnectionInfo``: the v2 map, or the v1 list.
-
-    v2: MODIFY_INFO does not fill anything in from the VIM DB, so the entry carries the
-    endpoint, CA and token. v1: the entry of Tacker's v1 driver (``vimType
-    kubernetes``, the endpoint as ``authUrl``, the VIM's id): v1 shows entries and keeps
-    the PATCH request as text, both unmasked, so the token and CA stay in the VIM.
-    The v1 entry is written in Tacker's stored (snake_case) form: the list merge keeps a
-    request's entry as given, and Tacker reads its entries back by ``vim_id``,
-    ``vim_type``, ``access_info`` (a camelCase entry makes every later GET fail).
-    """
-    vim_id = access.vim_id or _entry_id(vnf_instance_id, key + ":vim")
-    if api == "v1":
-        return [
-            {
-                "id": _entry_id(vnf_instance_id, key),
-                "vim_id": vim_id,
-                "vim_type": "kubernetes",
-                "interface_info": {},
-                "access_info": {"auth_url": access.endpoint},
-            }
-        ]
-    entry = {
-        "vimId": vim_id,
-        "interfaceInfo": {"endpoint": access.endpoint, "ssl_ca_cert": access.ssl_ca_cert},
-        "accessInfo": {"bearer_token": access.bearer_token.get_secret_value()},
-    }
-    return {key: {**entry, "vimType": KUBERNETES_V2}}
-
-
-def v1_list_patch(instance: Mapping[str, Any], ours: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The v1 ``vimConnectionInfo`` of a PATCH that puts ``ours`` *after* the instance's
-    other entries.
-
-    v1 merges by ``id`` and stores the request's entries first, then the ones it did
-    not name; Tacker's own operations use the first entry (the VIM the VNF runs on). So
-    every other entry is named, by id only (unchanged), ahead of ours.
-    """
-    mine = {str(e["id"]) for e in ours}
-    others = [
-        {"id": str(e["id"])}
-        for e in instance.get("vimConnectionInfo") or ()
-        if isinstance(e, Mapping) and e.get("id") and str(e["id"]) not in mine
-    ]
-    return [*others, *ours]
 
 
 class TackerClient(Component):
@@ -522,7 +465,7 @@ class TackerClient(Component):
         if api == "v2":
             return
         entry = {
-            "id": _entry_id(vnf_instance_id, self.settings.vim_key),
+            "id": entry_id(vnf_instance_id, self.settings.vim_key),
             "interface_info": {},
             "access_info": {},
         }

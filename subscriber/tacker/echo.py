@@ -29,8 +29,9 @@ from schemas import LcmOperationType, Notification, VnfLcmOperationOccurrenceNot
 from schemas.lcm import api_version, operation_params
 from subscriber.config import TackerSettings
 from subscriber.errors import LccnError
-from subscriber.tacker.client import TackerClient, _entry_id
+from subscriber.tacker.client import TackerClient
 from subscriber.tacker.ports import EchoLedger
+from subscriber.vim_connection import entry_id
 
 __all__ = ["EchoFilter", "is_own_patch"]
 
@@ -47,7 +48,7 @@ def is_own_patch(operation_params: Any, vnf_instance_id: str, key: str) -> bool:
     if isinstance(vci, dict):  # v2 map
         return set(vci) == {key}
     if isinstance(vci, list):  # v1 list: the other entries named by id only, then ours
-        ours = _entry_id(vnf_instance_id, key)
+        ours = entry_id(vnf_instance_id, key)
         entries = [e for e in vci if isinstance(e, dict)]
         return (
             len(entries) == len(vci)

@@ -1,6 +1,6 @@
 """Chaos, Kafka: the broker killed (kill -9) mid-stream and started again on its storage.
 
-The broker (Tansu) keeps its topic in an S3 store (testbed/s3_store.py),
+The broker (Tansu) keeps its topic in an S3 store (tests/testbed/s3_store.py),
 so its records and the group's committed offsets outlive it. One ``serve``
 (PostgreSQL store, tests/fence_handler.py's steps) consumes the topic while
 notifications also stream over HTTP. Mid-stream the broker is SIGKILLed and
@@ -28,8 +28,6 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from testbed.kafka_broker import Broker, free_port, start_broker
-from testbed.s3_store import S3Store, start_s3
 from tests.backends import pg_database, pg_dsn
 from tests.chaos.harness import (
     Replica,
@@ -41,6 +39,8 @@ from tests.chaos.harness import (
 from tests.factories import op_occ, uid
 from tests.fence_handler import handler_env
 from tests.kafka.helpers import create_topic
+from tests.testbed.kafka_broker import Broker, free_port, start_broker
+from tests.testbed.s3_store import S3Store, start_s3
 
 pytestmark = [pytest.mark.chaos, pytest.mark.kafka, pytest.mark.postgres, pytest.mark.asyncio]
 

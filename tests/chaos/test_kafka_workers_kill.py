@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from testbed import kafka_broker
 from tests.backends import pg_database, pg_dsn
 from tests.chaos.harness import Replica, Stream, check_store, pg_rows, settle
 from tests.chaos.test_relay_chaos import relay_process
 from tests.fence_handler import handler_env, marks, overlaps
 from tests.kafka.helpers import create_topic, uid
+from tests.testbed import kafka_broker
 
 pytestmark = [
     pytest.mark.chaos,

@@ -1,6 +1,6 @@
 """Chaos, PostgreSQL: the store restarted mid-stream, then unreachable for 10 s.
 
-A private PostgreSQL cluster (testbed/private_postgres.py: the
+A private PostgreSQL cluster (tests/testbed/private_postgres.py: the
 machine's own is shared and is never restarted) is the store of one ``serve``
 while notifications stream over HTTP. First the cluster is restarted
 (``pg_ctl restart -m fast``) mid-stream; then it is stopped for 10 s and
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.private_postgres import PrivatePostgres
 from tests.backends import pg_dsn
 from tests.chaos.harness import Replica, Stream, check_store, settle
 from tests.fence_handler import handler_env
+from tests.testbed.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.asyncio]
 

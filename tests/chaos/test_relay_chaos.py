@@ -24,10 +24,10 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer
 
-from testbed import kafka_broker
 from tests.chaos.harness import Stream
 from tests.kafka.helpers import create_topic, uid
 from tests.programs import ServeProcess
+from tests.testbed import kafka_broker
 
 pytestmark = [pytest.mark.chaos, pytest.mark.kafka, pytest.mark.asyncio, pytest.mark.timeout(300)]
 

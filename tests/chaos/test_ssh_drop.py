@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 
-from testbed import testhosts
 from tests.backends import pg_database, pg_dsn
 from tests.chaos.harness import (
     Replica,
@@ -40,6 +39,7 @@ from tests.chaos.harness import (
 )
 from tests.fence_handler import handler_env
 from tests.programs import cli
+from tests.testbed import testhosts
 
 pytestmark = [pytest.mark.chaos, pytest.mark.ssh, pytest.mark.postgres, pytest.mark.asyncio]
 

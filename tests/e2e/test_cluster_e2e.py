@@ -35,13 +35,13 @@ from subscriber.config import (
 from subscriber.service import Service
 from subscriber.store import EventRow, StepStatus
 from subscriber.tacker import TackerClient
-from testbed import tacker_bed as tb
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import CallbackRecorder, ext_virtual_links, unique_name
-from testbed.tacker_api import TackerClient as SyncTacker
 from tests.cluster_fakes import k8s_params
 from tests.conftest import free_port
 from tests.tacker.conftest import NETWORK_ID
+from tests.testbed import tacker_bed as tb
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import CallbackRecorder, ext_virtual_links, unique_name
+from tests.testbed.tacker_api import TackerClient as SyncTacker
 
 pytestmark = [
     pytest.mark.tacker,

@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from testbed import tacker_bed as tb
-from testbed import testhosts
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
 from tests.tacker.helpers import ServeProcess
+from tests.testbed import tacker_bed as tb
+from tests.testbed import testhosts
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
 
 from .day2 import Loop, kubeadm_calls
 

@@ -21,18 +21,18 @@ from typing import Any
 
 import pytest
 
-from testbed import tacker_bed as tb
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import (
+from tests.cluster_fakes import k8s_params
+from tests.tacker.conftest import NETWORK_ID
+from tests.tacker.helpers import ServeProcess
+from tests.testbed import tacker_bed as tb
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import (
     CallbackRecorder,
     TackerClient,
     ext_virtual_links,
     unique_name,
     wait_for,
 )
-from tests.cluster_fakes import k8s_params
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess
 
 from .conftest import give_up, reachable, serve_config, unreachable
 from .day2 import ADMIN_CONF, Loop, kubeadm_calls

@@ -22,10 +22,6 @@ import asyncpg
 import pytest
 import yaml
 
-from testbed import kafka_broker
-from testbed import tacker_bed as tb
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
 from tests.backends import pg_database, pg_dsn
 from tests.cluster_fakes import k8s_params
 from tests.e2e.conftest import serve_config
@@ -34,6 +30,10 @@ from tests.kafka.conftest import broker
 from tests.kafka.helpers import create_topic, uid
 from tests.programs import ServeProcess, cli
 from tests.tacker.conftest import NETWORK_ID
+from tests.testbed import kafka_broker
+from tests.testbed import tacker_bed as tb
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
 
 __all__ = ["broker"]
 

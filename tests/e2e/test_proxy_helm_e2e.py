@@ -22,14 +22,14 @@ import pytest
 from handlers.toolkit import helm, proxy
 from subscriber.service import Service
 from subscriber.store import StepStatus
-from testbed import tacker_bed as tb
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import TackerClient as SyncTacker
-from testbed.tacker_api import ext_virtual_links, unique_name
 from tests import REPO
 from tests.cluster_fakes import k8s_params
 from tests.e2e.test_cluster_e2e import handled, octet, service, steps_of
 from tests.tacker.conftest import NETWORK_ID
+from tests.testbed import tacker_bed as tb
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import TackerClient as SyncTacker
+from tests.testbed.tacker_api import ext_virtual_links, unique_name
 
 __all__ = ["service"]  # the fixture, shared with test_cluster_e2e
 

@@ -4,7 +4,7 @@ the registry's CA from the package Tacker holds and configures every node; the n
 own credentials are then accepted by a real registry.
 
 The registry is Debian's ``docker-registry`` with htpasswd basic auth and TLS (a CA made
-here), inside the network namespace of a test host (:mod:`testbed.registry`). The
+here), inside the network namespace of a test host (:mod:`tests.testbed.registry`). The
 package is the sample one with that CA added as ``Files/registry/ca.crt``, onboarded
 once for the module. Only OpenStack (the simulator) and kubeadm/kubectl (the stand-ins)
 are not real.
@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from testbed import registry as test_registry
-from testbed import tacker_bed as tb
-from testbed.tacker_api import ext_virtual_links, unique_name
 from tests.cluster_fakes import k8s_params
 from tests.e2e.day2 import Loop
 from tests.e2e.test_day2_e2e import loop
 from tests.ssh.test_registry import assert_node_configured, logins_from
 from tests.tacker.conftest import NETWORK_ID
+from tests.testbed import registry as test_registry
+from tests.testbed import tacker_bed as tb
+from tests.testbed.tacker_api import ext_virtual_links, unique_name
 
 __all__ = ["loop"]  # the fixture, shared with test_day2_e2e
 

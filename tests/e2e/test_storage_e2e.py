@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from handlers.toolkit import storage
-from testbed import tacker_bed as tb
-from testbed import testhosts
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import ext_virtual_links, unique_name
 from tests.tacker.conftest import NETWORK_ID
+from tests.testbed import tacker_bed as tb
+from tests.testbed import testhosts
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import ext_virtual_links, unique_name
 
 from .day2 import ADMIN_CONF, Loop
 

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from testbed import tacker_bed as tb
-from testbed import testhosts
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import wait_for
-from testbed.tacker_v1 import V1Tacker
 from tests.tacker.helpers import ServeProcess
+from tests.testbed import tacker_bed as tb
+from tests.testbed import testhosts
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import wait_for
+from tests.testbed.tacker_v1 import V1Tacker
 
 from .conftest import callback_auth, serve_config
 from .day2_v1 import V1Loop

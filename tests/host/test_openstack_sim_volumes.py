@@ -8,8 +8,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from testbed.openstack_sim.heat import AddressPool, HeatEngine
-from testbed.openstack_sim.volumes import LoopDevices, VolumeRegistry
+from tests.testbed.openstack_sim.heat import AddressPool, HeatEngine
+from tests.testbed.openstack_sim.volumes import LoopDevices, VolumeRegistry
 
 STORAGE_HOT = """
 heat_template_version: 2013-05-23

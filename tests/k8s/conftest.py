@@ -1,6 +1,6 @@
 """Fixtures of the ``k8s`` tier: SSH test hosts running a real Kubernetes 1.20.2 control plane.
 
-The hosts (:mod:`testbed.testhosts`, ``kubernetes="real"``) have the kubeadm,
+The hosts (:mod:`tests.testbed.testhosts`, ``kubernetes="real"``) have the kubeadm,
 kubectl and control-plane binaries built by ``scripts/setup.d/40-k8s.sh``, Debian's
 etcd, and the kubelet stand-in on their PATH. Missing binaries fail the tier: it is
 never skipped (CI builds them with the README's test command).
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed import testhosts
-from testbed.openstack_sim.process import SimProcess
-from testbed.testhosts import TestBed
 from tests.k8s.full_loop import loop_hosts, serve
+from tests.testbed import testhosts
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.testhosts import TestBed
 
 __all__ = ["k8s_hosts", "k8s_sim", "loop_hosts", "restore_hostnames", "serve"]
 

@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from testbed import tacker_bed, testhosts
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import TackerClient, ext_virtual_links, unique_name, wait_for
-from testbed.testhosts import TestBed
 from tests.cluster_fakes import k8s_params
 from tests.k8s.helpers import SCRIPT_ENV
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import ServeProcess
+from tests.testbed import tacker_bed, testhosts
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name, wait_for
+from tests.testbed.testhosts import TestBed
 
 __all__ = [
     "K8S_VIM_TYPE",

@@ -19,9 +19,9 @@ from cryptography.utils import CryptographyDeprecationWarning
 
 from subscriber.config import SshSettings
 from subscriber.ssh import CommandResult, SshPool, SshTarget
-from testbed import testhosts
-from testbed.testhosts import TestBed, TestHost
 from tests import REPO
+from tests.testbed import testhosts
+from tests.testbed.testhosts import TestBed, TestHost
 
 __all__ = [
     "SCRIPT",

@@ -24,8 +24,6 @@ import pytest
 from handlers.toolkit.install_report import InstallReport, parse_install_output
 from subscriber.config import SshSettings
 from subscriber.ssh import SshPool
-from testbed import testhosts
-from testbed.testhosts import TestBed, TestHost
 from tests.k8s.conftest import restore_hostnames
 from tests.k8s.helpers import (
     SCRIPT,
@@ -39,6 +37,8 @@ from tests.k8s.helpers import (
     ssh_settings,
     wait_for,
 )
+from tests.testbed import testhosts
+from tests.testbed.testhosts import TestBed, TestHost
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

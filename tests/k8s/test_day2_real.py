@@ -19,8 +19,6 @@ import pytest
 
 from subscriber.config import ClusterSettings, HookSettings
 from subscriber.ssh import SshPool
-from testbed import testhosts
-from testbed.testhosts import TestBed
 from tests.cluster_fakes import (
     cluster_service,
     cluster_vnf,
@@ -32,6 +30,8 @@ from tests.cluster_fakes import (
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
 from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, nodes_ready, run, ssh_settings, wait_for
+from tests.testbed import testhosts
+from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from testbed import tacker_bed as tb
 from tests import REPO
+from tests.testbed import tacker_bed as tb
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
 

@@ -28,10 +28,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed import tacker_bed
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import TackerClient, unique_name, wait_for
-from testbed.testhosts import TestBed
 from tests.k8s.full_loop import (
     K8S_VIM_TYPE,
     VIM_KEY,
@@ -44,6 +40,10 @@ from tests.k8s.full_loop import (
 )
 from tests.k8s.helpers import api_get
 from tests.tacker.helpers import ServeProcess
+from tests.testbed import tacker_bed
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import TackerClient, unique_name, wait_for
+from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
 

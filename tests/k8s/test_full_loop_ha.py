@@ -28,10 +28,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed import tacker_bed, testhosts
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
-from testbed.testhosts import TestBed
 from tests.e2e.day2 import Loop, Member
 from tests.k8s.full_loop import (
     K8S_VIM_TYPE,
@@ -42,6 +38,10 @@ from tests.k8s.full_loop import (
     tacker_k8s,
 )
 from tests.tacker.helpers import ServeProcess
+from tests.testbed import tacker_bed, testhosts
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
+from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(1200)]
 

@@ -19,11 +19,11 @@ import aiohttp
 import pytest
 
 from subscriber.config import ClusterSettings
-from testbed.testhosts import TestBed
 from tests.cluster_fakes import cluster_service, cluster_vnf, k8s_params
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
 from tests.k8s.helpers import SCRIPT_ENV, api_get, nodes_ready, ssh_settings
+from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from testbed import tacker_bed
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import TackerClient, ext_virtual_links, unique_name, wait_for
-from testbed.testhosts import TestBed
 from tests.cluster_fakes import k8s_params
 from tests.k8s.full_loop import K8S_VIM_TYPE, VIM_KEY, serve_config, tacker_k8s
 from tests.k8s.full_loop import terminate_and_delete as remove
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import ServeProcess
+from tests.testbed import tacker_bed
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name, wait_for
+from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(1200)]
 

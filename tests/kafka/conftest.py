@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import kafka_broker
+from tests.testbed import kafka_broker
 
 
 @pytest.fixture(scope="session")

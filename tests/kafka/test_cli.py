@@ -15,7 +15,6 @@ from subscriber.cli.kafka import add_parsers, kafka_publish, kafka_status, run_k
 from subscriber.config import Settings
 from subscriber.ingest.kafka import KafkaSource
 from subscriber.store import Store
-from testbed import kafka_broker
 from tests.kafka.helpers import (
     create_topic,
     fast_settings,
@@ -23,6 +22,7 @@ from tests.kafka.helpers import (
     uid,
     wait_until,
 )
+from tests.testbed import kafka_broker
 
 
 def _settings(bootstrap: str, topic: str, group: str) -> Settings:

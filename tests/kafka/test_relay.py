@@ -24,9 +24,9 @@ from subscriber.config import (
 )
 from subscriber.relay import Relay
 from subscriber.service import Service
-from testbed import kafka_broker
 from tests.conftest import free_port, metric
 from tests.kafka.helpers import create_topic, fast_settings, notification, uid, wait_until
+from tests.testbed import kafka_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio]
 

@@ -14,7 +14,6 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from subscriber.ingest.kafka import KafkaSource
 from subscriber.lifecycle import State
 from subscriber.store import AppendResult, NewEvent, Store
-from testbed import kafka_broker
 from tests.kafka.helpers import (
     create_topic,
     fast_settings,
@@ -24,6 +23,7 @@ from tests.kafka.helpers import (
     uid,
     wait_until,
 )
+from tests.testbed import kafka_broker
 
 
 async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:

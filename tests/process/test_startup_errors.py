@@ -22,10 +22,10 @@ import aiohttp
 import asyncpg
 import pytest
 
-from testbed.openstack_sim import OpenStackSim, SimConfig
 from tests.backends import pg_database, pg_dsn
 from tests.conftest import free_port
 from tests.programs import NO_HOME, ServeProcess, cli
+from tests.testbed.openstack_sim import OpenStackSim, SimConfig
 
 SECRET = "S3cr3t-Passw0rd"
 

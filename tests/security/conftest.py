@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from testbed import kafka_broker, testhosts
 from tests.backends import pg_database
 from tests.tacker.conftest import sim
+from tests.testbed import kafka_broker, testhosts
 
 __all__ = ["broker", "pg_url", "sim", "ssh_bed"]
 

@@ -26,10 +26,10 @@ from subscriber.kernel.ports import ClusterNode, PortAddresses, SshTarget
 from subscriber.openstack import OpenStackClient
 from subscriber.service import Service
 from subscriber.ssh import SshPool
-from testbed import testhosts
 from tests.cluster_fakes import MASTER_CP, WORKER_CP, cluster_vnf, k8s_params
 from tests.conftest import callback_url, make_settings, wait_settled
 from tests.factories import op_occ
+from tests.testbed import testhosts
 
 EVIL = "10.0.0.5\n6.6.6.6 evil"
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from testbed import tacker_bed as tb
-from testbed.tacker_api import TackerClient, unique_name, wait_for
 from tests.factories import identifier
 from tests.tacker.helpers import ServeProcess
+from tests.testbed import tacker_bed as tb
+from tests.testbed.tacker_api import TackerClient, unique_name, wait_for
 
 pytestmark = pytest.mark.tacker
 

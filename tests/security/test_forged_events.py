@@ -29,13 +29,13 @@ from subscriber.config import (
 from subscriber.kernel import Services
 from subscriber.service import Service
 from subscriber.store import EventRow, EventStatus
-from testbed import tacker_bed as tb
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import TackerClient as SyncTacker
 from tests.cluster_fakes import FakeOpenStack, FakeSsh
 from tests.conftest import free_port
 from tests.factories import op_occ
 from tests.tacker.test_talk_back import instantiate, tacker_settings, terminate
+from tests.testbed import tacker_bed as tb
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import TackerClient as SyncTacker
 
 pytestmark = [pytest.mark.tacker, pytest.mark.asyncio]
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from subscriber.config import HttpSettings
-from testbed.tacker_api import wait_for
-from testbed.tacker_bed import request
 from tests.conftest import free_port
 from tests.factories import op_occ
+from tests.testbed.tacker_api import wait_for
+from tests.testbed.tacker_bed import request
 
 REPO = Path(__file__).resolve().parents[2]
 

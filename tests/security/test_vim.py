@@ -23,7 +23,7 @@ from subscriber.errors import VimNotOurs
 from subscriber.kernel.ports import KubernetesAccess
 from subscriber.tacker import TackerClient
 from subscriber.tacker.client import VIM_MARKER, vim_description
-from testbed import tacker_bed
+from tests.testbed import tacker_bed
 
 pytestmark = pytest.mark.tacker
 

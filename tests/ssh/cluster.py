@@ -13,10 +13,10 @@ import aiohttp
 from subscriber.config import ClusterSettings, HookSettings, SshSettings
 from subscriber.kernel.ports import SshExecutor
 from subscriber.service import Service
-from testbed import testhosts
 from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_service, cluster_vnf, k8s_params
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
+from tests.testbed import testhosts
 
 CLUSTER = ClusterSettings(
     script_env={"K8S_SKIP_PHASES": "packages,cni"},

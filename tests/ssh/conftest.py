@@ -19,7 +19,7 @@ import pytest
 from subscriber.config import SshSettings
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
-from testbed import testhosts
+from tests.testbed import testhosts
 
 HOSTS = 5  # enough for the HA cluster: 3 masters + 2 workers
 

@@ -20,10 +20,10 @@ import pytest
 from subscriber.config import ClusterSettings, SshSettings
 from subscriber.service import Service
 from subscriber.store import StepStatus
-from testbed import testhosts
 from tests.cluster_fakes import cluster_service, cluster_vnf, k8s_params
 from tests.conftest import callback_url, rerun, wait_settled
 from tests.factories import op_occ
+from tests.testbed import testhosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 

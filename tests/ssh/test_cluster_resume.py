@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 
 from subscriber.config import SshSettings
-from testbed import testhosts
 from tests.cluster_fakes import cluster_vnf, k8s_params
 from tests.conftest import free_port
 from tests.factories import op_occ
 from tests.programs import ServeProcess
+from tests.testbed import testhosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 

@@ -22,8 +22,8 @@ from pydantic import SecretStr
 from handlers.toolkit.install_report import InstallReport, parse_install_output
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
-from testbed import testhosts
 from tests import REPO
+from tests.testbed import testhosts
 
 pytestmark = pytest.mark.ssh
 

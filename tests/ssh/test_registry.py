@@ -2,7 +2,7 @@
 
 The registry is Debian's ``docker-registry`` with htpasswd basic auth and TLS (a
 CA made here), run inside the network namespace of a test host that is not part
-of the cluster (:mod:`testbed.registry`). Tacker and OpenStack are the
+of the cluster (:mod:`tests.testbed.registry`). Tacker and OpenStack are the
 in-memory fakes (the CA reaches the step inside the VNF package the fake Tacker
 hands out); SSH, the node files, curl on the nodes and the registry are real.
 Every SSH command is recorded to prove no password went on a command line.
@@ -28,10 +28,10 @@ from subscriber.config import ClusterSettings, SshSettings
 from subscriber.errors import PermanentStepError
 from subscriber.kernel.ports import CommandResult, SshTarget
 from subscriber.ssh import SshPool
-from testbed import registry as test_registry
 from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ, rebuild_vnfc
 from tests.conftest import rerun
 from tests.ssh.cluster import Cluster, instantiate, name_of
+from tests.testbed import registry as test_registry
 
 from .conftest import testhosts
 

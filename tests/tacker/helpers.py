@@ -1,6 +1,6 @@
 """Helpers of the ``tacker`` tier (and ``e2e``, ``k8s``): ``serve`` as a process beside the
 real Tacker, and additionalParams as Tacker keeps them. Driving Tacker itself is
-:mod:`testbed.tacker_api`.
+:mod:`tests.testbed.tacker_api`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from testbed import tacker_bed
-from testbed.tacker_api import wait_for
 from tests import REPO, programs
+from tests.testbed import tacker_bed
+from tests.testbed.tacker_api import wait_for
 
 __all__ = ["ServeProcess", "k8s_params"]
 

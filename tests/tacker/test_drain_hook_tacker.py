@@ -29,12 +29,12 @@ from subscriber.config import ClusterSettings, HookSettings
 from subscriber.errors import PermanentStepError
 from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.service import Service
-from testbed import tacker_bed as tb
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
 from tests.conftest import callback_url, make_settings
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import k8s_params
+from tests.testbed import tacker_bed as tb
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
 
 pytestmark = [pytest.mark.tacker, pytest.mark.asyncio, pytest.mark.timeout(600)]
 

@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 
-from testbed import tacker_bed as tb
-from testbed.openstack_sim.process import SimProcess
-from testbed.tacker_api import (
+from tests.tacker.conftest import NETWORK_ID
+from tests.tacker.helpers import ServeProcess, k8s_params
+from tests.testbed import tacker_bed as tb
+from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import (
     CallbackRecorder,
     TackerClient,
     ext_virtual_links,
     unique_name,
     wait_for,
 )
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess, k8s_params
 
 pytestmark = pytest.mark.tacker
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from testbed.openstack_sim import OpenStackSim, SimConfig
+from tests.testbed.openstack_sim import OpenStackSim, SimConfig
 from tests.unit.scripted_tacker import ScriptedTacker
 from tests.unit.sim_cloud import Cloud
 

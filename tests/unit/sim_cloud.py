@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from testbed.openstack_sim import OpenStackSim
+from tests.testbed.openstack_sim import OpenStackSim
 
 GROUP_HOT = """
 heat_template_version: 2013-05-23

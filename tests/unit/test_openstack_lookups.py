@@ -8,7 +8,7 @@ from pydantic import SecretStr
 from subscriber.config import OpenStackSettings
 from subscriber.errors import OpenStackAuthFailed, OpenStackNotFound, OpenStackUnavailable
 from subscriber.openstack import OpenStackClient
-from testbed.openstack_sim import OpenStackSim
+from tests.testbed.openstack_sim import OpenStackSim
 from tests.unit.sim_cloud import Cloud
 
 pytestmark = pytest.mark.asyncio

@@ -1,4 +1,4 @@
-"""Keystone auth of the Tacker client against the simulated Keystone (testbed/openstack_sim):
+"""Keystone auth of the Tacker client against the simulated Keystone (tests/testbed/openstack_sim):
 password tokens, the catalog lookup, and wrong credentials failing clearly."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from subscriber.config import TackerSettings
 from subscriber.errors import TackerAuthError, TackerRejected
 from subscriber.tacker import TackerClient
-from testbed.openstack_sim import OpenStackSim, SimConfig
+from tests.testbed.openstack_sim import OpenStackSim, SimConfig
 from tests.unit.scripted_tacker import ScriptedTacker
 
 

@@ -26,7 +26,6 @@ from subscriber.errors import SkipStep, VimNotOurs
 from subscriber.kernel import JobContext, Services
 from subscriber.kernel.ports import ClusterNode
 from subscriber.kernel.results import result_json
-from testbed.cluster_vnf import camel_case, v1_params
 from tests.cluster_fakes import (
     FakeOpenStack,
     FakeSsh,
@@ -38,6 +37,7 @@ from tests.cluster_fakes import (
     uid,
 )
 from tests.factories import v1_op_occ
+from tests.testbed.cluster_vnf import camel_case, v1_params
 
 pytestmark = pytest.mark.asyncio
 

@@ -19,7 +19,7 @@ What it does
       server uses take one from the server pool, others (a VIP) from the VIP pool;
       ``OS::Neutron::FloatingIP`` takes one from the floating pool.
     * ``OS::Cinder::Volume`` and ``OS::Cinder::VolumeAttachment``, and a server's
-      ``block_device_mapping_v2``: see :mod:`testbed.openstack_sim.volumes` (what is
+      ``block_device_mapping_v2``: see :mod:`tests.testbed.openstack_sim.volumes` (what is
       simulated of a volume, and its loop device on the test hosts).
 
 What it leaves out

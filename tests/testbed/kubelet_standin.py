@@ -5,7 +5,7 @@ Runs with the system ``/usr/bin/python3`` on a test host (the host's private /ro
 hides any other Python) and uses only the standard library, the host's ``kubectl``
 (to read kubeadm's YAML as JSON) and ``openssl`` (the node's key and CSR). It is
 installed on the host's PATH as ``kubelet`` and started by the ``systemctl`` shim
-(``testbed/systemctl_shim.sh``) when kubeadm runs ``systemctl restart
+(``tests/testbed/systemctl_shim.sh``) when kubeadm runs ``systemctl restart
 kubelet``. ``systemctl restart`` (SIGHUP) leaves the static pods running for the
 next instance to adopt, as containers outlive a kubelet restart; ``systemctl stop``
 (SIGTERM, which ``kubeadm reset`` sends before it would remove the containers

@@ -16,7 +16,7 @@ public, internal and admin endpoints in ``RegionOne``):
   (``attributes.fixed_ips``, ``floating_ip_address``), ``mark_unhealthy``, resource
   ``metadata`` (empty: no cooldown), ``signal`` (a ScalingPolicy resizes its group),
   events of a stack and of a resource (``limit``, ``sort_dir``, newest first),
-  template, files. The engine in :mod:`testbed.openstack_sim.heat` creates the resources.
+  template, files. The engine in :mod:`tests.testbed.openstack_sim.heat` creates the resources.
 * Glance v2 (``/image``): image list (``tag``, ``name``), show, create, upload, delete.
 * Nova v2.1 (``/compute``): ``os-availability-zone/detail``, ``servers/{id}`` with
   ``OS-EXT-SRV-ATTR:host`` and ``server_groups``, servers list, ``os-server-groups``.

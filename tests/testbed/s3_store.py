@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.kafka_broker import free_port
+from tests.testbed.kafka_broker import free_port
 
 __all__ = ["S3Store", "moto_server", "start_s3"]
 

@@ -1,4 +1,4 @@
-"""Run the simulated OpenStack: ``python -m testbed.openstack_sim [--port P] [--server-pool ...]``.
+"""Run the simulated OpenStack: ``python -m tests.testbed.openstack_sim [--port P] ...``.
 
 Prints one JSON line ``{"url": ..., "auth_url": ...}`` on stdout once it listens, then
 serves until SIGTERM/SIGINT.
@@ -36,7 +36,7 @@ async def _main(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m testbed.openstack_sim", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tests.testbed.openstack_sim", description=__doc__)
     p.add_argument("--port", type=int, default=0, help="0 = a free port (default)")
     p.add_argument("--server-pool", help="addresses for servers' ports, e.g. 10.77.0.11-10.77.0.40")
     p.add_argument("--vip-pool", help="addresses for ports no server uses (VIPs)")

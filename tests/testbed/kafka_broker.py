@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Start and stop a throwaway Kafka-protocol broker (Tansu) on 127.0.0.1.
 
-    python -m testbed.kafka_broker start [--port P] [--log FILE]  # bootstrap=... pid=...
-    python -m testbed.kafka_broker stop PID
+    python -m tests.testbed.kafka_broker start [--port P] [--log FILE]  # bootstrap=... pid=...
+    python -m tests.testbed.kafka_broker stop PID
 
 By default the broker keeps everything in memory: it starts empty and forgets
-everything when stopped. With ``storage=`` an S3 URL (testbed/s3_store.py)
+everything when stopped. With ``storage=`` an S3 URL (tests/testbed/s3_store.py)
 it keeps topics, records and offsets there, across a kill -9. Install it with
 ``bash scripts/setup.d/30-kafka.sh``. Importable: the tests and the benchmark use
 :func:`start_broker` / :meth:`Broker.stop`.

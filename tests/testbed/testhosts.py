@@ -14,14 +14,14 @@ bound over the machine's, because those come undone when the machine's package
 manager replaces the files). ``/usr/local/bin`` is replaced by one of two tool sets:
 
 * ``kubernetes="standin"`` (the ``ssh`` tier): the stand-in ``kubeadm``/``kubectl``
-  (``testbed/k8s_standin.py``), which keep one shared cluster state for all
+  (``tests/testbed/k8s_standin.py``), which keep one shared cluster state for all
   hosts of a bed;
 * ``kubernetes="real"`` (the ``k8s`` tier): the real ``kubeadm``, ``kubectl``,
   ``kube-apiserver``, ``kube-controller-manager`` and ``kube-scheduler`` built by
   ``scripts/setup.d/40-k8s.sh`` (etcd is Debian's, in /usr/bin), the kubelet
-  stand-in as ``kubelet`` (``testbed/kubelet_standin.py``) and a
+  stand-in as ``kubelet`` (``tests/testbed/kubelet_standin.py``) and a
   ``systemctl`` that starts and stops it, and Debian's haproxy and keepalived on
-  the HA masters (``testbed/systemctl_shim.sh``; there is no systemd).
+  the HA masters (``tests/testbed/systemctl_shim.sh``; there is no systemd).
   The hosts also get private ``/var/lib/cni``,
   ``/var/lib/dockershim``, ``/var/run/kubernetes`` and ``/etc/cni/net.d``, which
   ``kubeadm reset`` empties. The static pods (etcd, the API server ...), haproxy
@@ -39,9 +39,9 @@ usable address is never assigned (a reachable-subnet, unused address for
 
 Use from Python (``create()`` / ``destroy()``) or the command line::
 
-    python3 -m testbed.testhosts up --count 3 [--no-password] [--join-delay 0.5]
-    python3 -m testbed.testhosts up --count 3 --kubernetes real
-    python3 -m testbed.testhosts down RUN_DIR        # or: down --all
+    python3 -m tests.testbed.testhosts up --count 3 [--no-password] [--join-delay 0.5]
+    python3 -m tests.testbed.testhosts up --count 3 --kubernetes real
+    python3 -m tests.testbed.testhosts down RUN_DIR        # or: down --all
 
 Needs root, iproute2, util-linux ``unshare`` and openssh-server
 (``scripts/setup.d/10-sshd.sh``); the real mode also ``scripts/setup.d/40-k8s.sh``.

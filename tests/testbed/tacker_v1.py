@@ -1,13 +1,13 @@
 """Driving the bed's Tacker through its v1 VNF LCM API, as seed 000's user does.
 
-The v1 bed needs, beyond the v2 one (:mod:`testbed.tacker_bed`): an OpenStack VIM
+The v1 bed needs, beyond the v2 one (:mod:`tests.testbed.tacker_bed`): an OpenStack VIM
 registered (``POST /v1.0/vims``; v1 creates no instance without a default VIM of the
 project, and an instantiate request names the VIM it runs on, as seed 000's parameter
 file does), the ``kubernetes_cluster_v1`` package (BaseHOT and LCM operation user
 data), and v1 requests (``Version: 1.3.0``; the instantiate request's
 ``extVirtualLinks`` carry only the layer protocol, as the seed's).
 
-Synchronous, like :mod:`testbed.tacker_api`: tests and the demo drive Tacker from one
+Synchronous, like :mod:`tests.testbed.tacker_api`: tests and the demo drive Tacker from one
 thread while serve and the simulator run as processes.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from testbed import tacker_bed
-from testbed.tacker_api import TERMINAL_STATES, wait_for
+from tests.testbed import tacker_bed
+from tests.testbed.tacker_api import TERMINAL_STATES, wait_for
 
 __all__ = ["V1Tacker", "v1_ext_virtual_links", "v1_vim_connection_info"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from testbed import tacker_bed
+from tests.testbed import tacker_bed
 
 __all__ = [
     "LOCK_WAITS",

@@ -3,7 +3,7 @@
 #
 # kubeadm drives its kubelet with `systemctl daemon-reload|start|restart|stop|status|
 # is-active|is-enabled kubelet`; here the "kubelet" unit is the kubelet stand-in
-# (`kubelet` on PATH: testbed/kubelet_standin.py), started in a session of
+# (`kubelet` on PATH: tests/testbed/kubelet_standin.py), started in a session of
 # its own with its output in /tmp/kubelet-standin/kubelet.log; its pid is in
 # /var/lib/kubelet/standin.pid (both private to the host). `stop` also stops the
 # static-pod processes it runs (kubeadm reset would remove their containers);

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Start and stop a real OpenStack Tacker 16.0.0 (conductor + API server) for tests and demo.
 
-    python3 -m testbed.tacker_bed start --state-file bed.json [--onboard]   # prints the state
-    python3 -m testbed.tacker_bed stop  --state-file bed.json
+    python3 -m tests.testbed.tacker_bed start --state-file bed.json [--onboard]   # prints the state
+    python3 -m tests.testbed.tacker_bed stop  --state-file bed.json
 
-(from the repository root; ``python3 testbed/tacker_bed.py ...`` works too)
+(from the repository root; ``python3 tests/testbed/tacker_bed.py ...`` works too)
 
 ``start`` needs the cached install of ``scripts/setup.d/20-tacker.sh``, the local
 PostgreSQL (127.0.0.1:5432, user postgres, trust) and RabbitMQ (guest/guest). It makes
@@ -45,7 +45,7 @@ from typing import Any
 
 TACKER_VERSION = "16.0.0"
 # The sample VNF package and its builder are user-facing: they stay in scripts/.
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 # On the Tacker processes' PYTHONPATH: the SQLAlchemy plugin their database URL names.
 PG_PLUGIN = Path(__file__).resolve().parent / "tacker_pg"
 PROJECT_ID = "6b1e4f3c2a9d4e8f9a7b6c5d4e3f2a1b"

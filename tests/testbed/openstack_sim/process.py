@@ -1,4 +1,4 @@
-"""The simulator as a child process (``python -m testbed.openstack_sim``), for tests and the demo.
+"""The simulator as a child process (``python -m tests.testbed.openstack_sim``).
 
 A process of its own keeps the simulator's event loop out of the tests' loops, and lets
 Tacker's calls be answered while a test blocks on Tacker.
@@ -19,7 +19,7 @@ from .control import SimControl
 
 __all__ = ["SimProcess"]
 
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[3]
 
 
 class SimProcess:
@@ -50,7 +50,7 @@ class SimProcess:
         cmd = [
             sys.executable,
             "-m",
-            "testbed.openstack_sim",
+            "tests.testbed.openstack_sim",
             "--server-pool",
             self.config.server_pool,
             "--vip-pool",

@@ -3,7 +3,7 @@
 
 Runs with the system ``/usr/bin/python3`` (the hosts' private /root hides any
 other Python). Invoked as ``k8s_standin.py kubeadm|kubectl ARGS...`` by the
-wrappers ``testbed/testhosts.py`` puts on each host's PATH, with
+wrappers ``tests/testbed/testhosts.py`` puts on each host's PATH, with
 ``LCCN_STANDIN_DIR`` naming the directory shared by every host of a test bed:
 
 * ``state.json``  the one cluster state (nodes, roles, labels, tokens, objects),
