@@ -168,6 +168,26 @@ class OpenStackClient(Component):
 
         return await loop.run_in_executor(pool, guarded)
 
+    async def _heat_get(
+        self, what: str, path: str, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``GET path`` on Heat's API, its JSON body (a status >= 400 raised as ours)."""
+
+        def get(conn: Any) -> dict[str, Any]:
+            response = conn.orchestration.get(path, params=params, raise_exc=False)
+            if response.status_code >= 400:
+                raise _status_error(response.status_code, what)
+            body: dict[str, Any] = response.json()
+            return body
+
+        return await self._call(what, get)
+
+    async def _resource_attributes(self, stack_id: str, resource: str) -> dict[str, Any]:
+        """``GET stacks/{stack_id}/resources/{resource}``: its ``attributes``."""
+        what = f"Heat resource {resource} of stack {stack_id}"
+        body = await self._heat_get(what, _resource_path(stack_id, resource))
+        return (body.get("resource") or {}).get("attributes") or {}
+
     async def port_addresses(self, stack_id: str, cp_name: str) -> PortAddresses:
         """``GET stacks/{stack_id}/resources/{cp_name}``: the port's fixed and floating IPs.
 
@@ -180,18 +200,7 @@ class OpenStackClient(Component):
             OpenStackUnavailable: OpenStack did not answer (retriable).
             OpenStackError: anything else OpenStack refused.
         """
-        what = f"Heat resource {cp_name} of stack {stack_id}"
-        path = _resource_path(stack_id, cp_name)
-
-        def get(conn: Any) -> dict[str, Any]:
-            response = conn.orchestration.get(path, raise_exc=False)
-            if response.status_code >= 400:
-                raise _status_error(response.status_code, what)
-            body: dict[str, Any] = response.json()
-            return body
-
-        body = await self._call(what, get)
-        attributes = (body.get("resource") or {}).get("attributes") or {}
+        attributes = await self._resource_attributes(stack_id, cp_name)
         fixed = tuple(
             str(ip["ip_address"])
             for ip in attributes.get("fixed_ips") or ()
@@ -218,15 +227,8 @@ class OpenStackClient(Component):
             raise OpenStackRequestFailed(f"{what}: not a stack name or name/id")
         path = f"/stacks/{'/'.join(quote(p, safe='') for p in parts)}/resources"
 
-        def get(conn: Any) -> dict[str, Any]:
-            response = conn.orchestration.get(path, params={"nested_depth": 3}, raise_exc=False)
-            if response.status_code >= 400:
-                raise _status_error(response.status_code, what)
-            body: dict[str, Any] = response.json()
-            return body
-
         out: dict[str, str] = {}
-        for res in (await self._call(what, get)).get("resources") or ():
+        for res in (await self._heat_get(what, path, {"nested_depth": 3})).get("resources") or ():
             if not isinstance(res, dict) or res.get("resource_type") != "OS::Nova::Server":
                 continue
             server = res.get("physical_resource_id")
@@ -244,17 +246,7 @@ class OpenStackClient(Component):
             OpenStackUnavailable: OpenStack did not answer (retriable).
             OpenStackError: anything else OpenStack refused.
         """
-        what = f"Heat resource {volume_name} of stack {stack_id}"
-        path = _resource_path(stack_id, volume_name)
-
-        def get(conn: Any) -> dict[str, Any]:
-            response = conn.orchestration.get(path, raise_exc=False)
-            if response.status_code >= 400:
-                raise _status_error(response.status_code, what)
-            body: dict[str, Any] = response.json()
-            return body
-
-        attributes = ((await self._call(what, get)).get("resource") or {}).get("attributes") or {}
+        attributes = await self._resource_attributes(stack_id, volume_name)
         attached = attributes.get("attachments_list") or attributes.get("attachments") or ()
         if isinstance(attached, str):  # older Heat: a JSON text
             try:

@@ -11,6 +11,7 @@ against them (on real nodes in the ``ssh`` and ``k8s`` tiers).
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,9 @@ from handlers import default_routing
 from handlers.job import ClusterJob
 from handlers.steps import confirm
 from handlers.toolkit.topology import Topology, discover
+from schemas import Notification, parse_notification_data
 from schemas.cluster_params import K8sClusterInstallationParams, parse_cluster_params
+from schemas.notifications import VnfLcmOperationOccurrenceNotification
 from subscriber.config import ClusterSettings, SshSettings
 from subscriber.errors import SkipStep
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
@@ -274,6 +277,36 @@ def with_services(plan: Plan, services: Services) -> Plan:
         return replace(item, expand=lambda found, f=item.expand: [wrap(s) for s in f(found)])
 
     return Plan(tuple(wrap_item(i) for i in plan.items))
+
+
+def job_context(
+    notification: Notification | Mapping[str, Any],
+    services: Services,
+    *,
+    results: dict[str, Any] | None = None,
+    source: str = "",
+) -> JobContext:
+    """The context of a live job's first attempt on ``notification`` (a body is parsed)."""
+    if isinstance(notification, Mapping):
+        notification = parse_notification_data(notification)
+    return JobContext(
+        event_id=1,
+        job_id=1,
+        attempt=1,
+        mode="live",
+        notification=notification,
+        results={} if results is None else results,
+        services=services,
+        log=logging.LoggerAdapter(logging.getLogger("test"), {}),
+        source=source,
+    )
+
+
+def lcm_notification(ctx: JobContext) -> VnfLcmOperationOccurrenceNotification:
+    """The job's notification, as the LCM kind every cluster handler is routed."""
+    n = ctx.notification
+    assert isinstance(n, VnfLcmOperationOccurrenceNotification)
+    return n
 
 
 async def run_step(step: Step, ctx: JobContext) -> Any:

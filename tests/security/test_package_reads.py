@@ -9,7 +9,6 @@ real Tacker client, through the one reader the steps share (:mod:`handlers.steps
 from __future__ import annotations
 
 import io
-import logging
 import os
 import tracemalloc
 import zipfile
@@ -27,6 +26,7 @@ from subscriber.config import ClusterSettings, TackerSettings
 from subscriber.errors import PermanentStepError
 from subscriber.kernel import JobContext, Services, Step
 from subscriber.tacker import TackerClient
+from tests.cluster_fakes import job_context
 from tests.factories import op_occ
 
 pytestmark = pytest.mark.asyncio
@@ -73,22 +73,11 @@ def _reader(client: TackerClient, settings: ClusterSettings) -> tuple[ClusterJob
     """A job of a cluster handler whose ``confirm`` found vnfdId ``vnfd-1``."""
     notification = parse_notification_data(op_occ(state="COMPLETED"))
     job = ClusterJob(settings, notification)
-    ctx = JobContext(
-        event_id=1,
-        job_id=1,
-        attempt=1,
-        mode="live",
-        notification=notification,
-        results={
-            "confirm": {
-                "operation": "INSTANTIATE",
-                "operationState": "COMPLETED",
-                "api": "v2",
-                "vnfdId": "vnfd-1",
-            }
-        },
-        services=Services(tacker=client),
-        log=logging.LoggerAdapter(logging.getLogger("test")),
+    confirmed = {"operation": "INSTANTIATE", "operationState": "COMPLETED", "api": "v2"}
+    ctx = job_context(
+        notification,
+        Services(tacker=client),
+        results={"confirm": {**confirmed, "vnfdId": "vnfd-1"}},
     )
 
     async def noop(c: JobContext) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.terminate import TerminateCluster
 from handlers.toolkit.params import load_params
 from handlers.toolkit.topology import Topology, discover
-from schemas import VnfLcmOperationOccurrenceNotification, parse_notification_data
 from schemas.cluster_params import parse_cluster_params
 from subscriber.errors import (
     DiscoveryError,
@@ -30,7 +28,9 @@ from tests.cluster_fakes import (
     FakeOpenStack,
     FakeTacker,
     cluster_vnf,
+    job_context,
     k8s_params,
+    lcm_notification,
     lcm_op_occ,
     run_step,
     uid,
@@ -52,22 +52,7 @@ def ctx_for(
     body = op_occ(
         instance=instance, op_occ_id=occ, operation=operation, state=state, version=version
     )
-    return JobContext(
-        event_id=1,
-        job_id=1,
-        attempt=1,
-        mode="live",
-        notification=parse_notification_data(body),
-        results={},
-        services=services,
-        log=logging.LoggerAdapter(logging.getLogger("test"), {}),
-    )
-
-
-def notification(ctx: JobContext) -> VnfLcmOperationOccurrenceNotification:
-    n = ctx.notification
-    assert isinstance(n, VnfLcmOperationOccurrenceNotification)
-    return n
+    return job_context(body, services)
 
 
 # ----------------------------------------------------------------- parameters
@@ -75,7 +60,7 @@ def notification(ctx: JobContext) -> VnfLcmOperationOccurrenceNotification:
 
 async def test_params_come_from_the_operation() -> None:
     tacker, _, inst, occ = cluster_vnf(["10.9.0.5"], ["10.9.0.6"])
-    params = await load_params(tacker, notification(ctx_for(inst, occ, Services())))
+    params = await load_params(tacker, lcm_notification(ctx_for(inst, occ, Services())))
     assert params.master_node.vdu_id == "masterNode"
     assert params.pod_cidr == "10.200.0.0/16"
 
@@ -88,7 +73,7 @@ async def test_params_fall_back_to_the_instance_and_take_overrides() -> None:
         "additionalParams": {"worker_node_password": "new-pw-123"}
     }
     ctx = ctx_for(inst, occ, Services(), operation="SCALE", version=1)
-    params = await load_params(tacker, notification(ctx))
+    params = await load_params(tacker, lcm_notification(ctx))
     assert params.master_node.password is not None
     assert params.master_node.password.get_secret_value() == "old-pw"
     assert params.worker_node.password is not None
@@ -99,13 +84,13 @@ async def test_missing_or_invalid_params_fail_permanently_without_values() -> No
     tacker, _, inst, occ = cluster_vnf(["10.9.0.5"], [])
     tacker.op_occs[occ]["operationParams"] = {}
     with pytest.raises(PermanentStepError, match="k8s_cluster_installation_param"):
-        await load_params(tacker, notification(ctx_for(inst, occ, Services())))
+        await load_params(tacker, lcm_notification(ctx_for(inst, occ, Services())))
 
     bad = k8s_params(master_user="ubuntu", password="Sup3r-Secret-pw")
     del bad["k8s_cluster_installation_param"]["master_node"]["vdu_id"]
     tacker.op_occs[occ]["operationParams"] = {"additionalParams": bad}
     with pytest.raises(PermanentStepError) as info:
-        await load_params(tacker, notification(ctx_for(inst, occ, Services())))
+        await load_params(tacker, lcm_notification(ctx_for(inst, occ, Services())))
     assert "vdu_id" in str(info.value) and "Sup3r-Secret-pw" not in str(info.value)
 
 
@@ -143,18 +128,24 @@ async def test_a_cnf_without_params_is_not_a_cluster_but_a_vm_vnf_without_them_f
         "additionalParams": {"lcm-kubernetes-def-files": ["Files/kubernetes/deployment.yaml"]},
     }
     with pytest.raises(NotACluster) as info:
-        await load_params(tacker, notification(ctx_for(inst, occ, Services(), state="STARTING")))
+        await load_params(
+            tacker, lcm_notification(ctx_for(inst, occ, Services(), state="STARTING"))
+        )
     assert info.value.result == {"notACluster": True, "vimTypes": ["ETSINFV.KUBERNETES.V_1"]}
     assert "t0ken-value" not in str(info.value)
     # Later operations: the instance's VIMs (v1 lists them) say so too.
     tacker.op_occs[occ]["operationParams"] = {}
     tacker.instances[inst]["vimConnectionInfo"] = [{**K8S_VIM, "vimType": "kubernetes"}]
     with pytest.raises(NotACluster):
-        await load_params(tacker, notification(ctx_for(inst, occ, Services(), operation="SCALE")))
+        await load_params(
+            tacker, lcm_notification(ctx_for(inst, occ, Services(), operation="SCALE"))
+        )
     # A VNF on OpenStack without parameters is a cluster VNF with a mistake: it fails.
     tacker.instances[inst]["vimConnectionInfo"] = {"vim1": OPENSTACK_VIM, "k8s": K8S_VIM}
     with pytest.raises(PermanentStepError, match="k8s_cluster_installation_param") as failed:
-        await load_params(tacker, notification(ctx_for(inst, occ, Services(), operation="SCALE")))
+        await load_params(
+            tacker, lcm_notification(ctx_for(inst, occ, Services(), operation="SCALE"))
+        )
     assert not isinstance(failed.value, NotACluster)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 from typing import Any
 
 import pytest
@@ -17,13 +16,12 @@ from handlers.instantiate import InstantiateCluster
 from handlers.job import ClusterJob
 from handlers.rollback import RollbackInstantiate, RollbackScale
 from handlers.steps import confirm, discover_nodes, drain_request, reset_nodes, write_back
-from schemas import parse_notification_data
 from schemas.hooks import hook_key
 from subscriber.config import ClusterSettings
 from subscriber.errors import EndJob, EventRejected, PermanentStepError
 from subscriber.kernel import JobContext, Services
 from subscriber.kernel.ports import ClusterNode, KubernetesAccess
-from tests.cluster_fakes import FakeSsh, Reply, cluster_vnf, run_step, uid
+from tests.cluster_fakes import FakeSsh, Reply, cluster_vnf, job_context, run_step, uid
 from tests.factories import op_occ
 
 pytestmark = pytest.mark.asyncio
@@ -74,17 +72,7 @@ def ctx_for(
     state: str = "COMPLETED",
 ) -> JobContext:
     body = op_occ(instance=instance, op_occ_id=occ, operation=operation, state=state)
-    return JobContext(
-        event_id=1,
-        job_id=1,
-        attempt=1,
-        mode="live",
-        notification=parse_notification_data(body),
-        results={},
-        services=services,
-        log=logging.LoggerAdapter(logging.getLogger("test"), {}),
-        source=source,
-    )
+    return job_context(body, services, source=source)
 
 
 def during_instantiate() -> tuple[Any, Any, str, str, dict[str, Any]]:

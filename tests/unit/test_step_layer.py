@@ -3,7 +3,6 @@ keyed by the SOL003 enums, and a step reads only the results it declares."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from subscriber.config import ClusterSettings
 from subscriber.errors import ConfigError
 from subscriber.kernel import JobContext, Plan, RoutingTable, Services, Step, StepResult, StepsFor
 from subscriber.kernel.routing import sample_notification
+from tests.cluster_fakes import job_context
 
 
 class Made(StepResult, step="make"):
@@ -30,16 +30,8 @@ async def _make(ctx: JobContext) -> Made:
 
 
 def _ctx(results: dict[str, Any] | None = None) -> JobContext:
-    return JobContext(
-        event_id=1,
-        job_id=1,
-        attempt=1,
-        mode="live",
-        notification=sample_notification(LcmOperationType.SCALE, LcmOperationStateType.COMPLETED),
-        results=results or {},
-        services=Services(),
-        log=logging.LoggerAdapter(logging.getLogger("test")),
-    )
+    notification = sample_notification(LcmOperationType.SCALE, LcmOperationStateType.COMPLETED)
+    return job_context(notification, Services(), results=results or {})
 
 
 def test_every_routed_plan_is_built_with_its_needs_made_earlier() -> None:

@@ -8,7 +8,6 @@ v1 driver."""
 from __future__ import annotations
 
 import base64
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +18,6 @@ from handlers.instantiate import InstantiateCluster
 from handlers.terminate import TerminateCluster
 from handlers.toolkit.params import load_params
 from handlers.toolkit.topology import discover
-from schemas import VnfLcmOperationOccurrenceNotification, parse_notification_data
 from schemas.cluster_params import parse_cluster_params
 from schemas.lcm import saved_params
 from subscriber.errors import SkipStep, VimNotOurs
@@ -31,6 +29,8 @@ from tests.cluster_fakes import (
     FakeSsh,
     FakeTacker,
     cluster_vnf,
+    job_context,
+    lcm_notification,
     lcm_op_occ,
     rebuild_vnfc,
     run_step,
@@ -49,22 +49,7 @@ def ctx_for(
     inst: str, occ: str, services: Services, *, operation: str = "INSTANTIATE"
 ) -> JobContext:
     body = v1_op_occ(instance=inst, op_occ_id=occ, operation=operation, state="COMPLETED")
-    return JobContext(
-        event_id=1,
-        job_id=1,
-        attempt=1,
-        mode="live",
-        notification=parse_notification_data(body),
-        results={},
-        services=services,
-        log=logging.LoggerAdapter(logging.getLogger("test"), {}),
-    )
-
-
-def notification(ctx: JobContext) -> VnfLcmOperationOccurrenceNotification:
-    n = ctx.notification
-    assert isinstance(n, VnfLcmOperationOccurrenceNotification)
-    return n
+    return job_context(body, services)
 
 
 class Inventory:
@@ -178,7 +163,7 @@ async def test_saved_params_are_read_in_both_spellings(spelling: str) -> None:
     )
     assert isinstance(tacker.op_occs[scale]["operationParams"], str)  # v1: JSON text
     ctx = ctx_for(inst, scale, Services(tacker=tacker), operation="SCALE")
-    params = await load_params(tacker, notification(ctx))
+    params = await load_params(tacker, lcm_notification(ctx))
     assert params.api_version == "v1"
     assert params.vim_name == "edge"
     assert params.master_node.aspect_id == "master_instance"
