@@ -85,10 +85,24 @@ class Loop:
 
     # -- Tacker -----------------------------------------------------------------
 
+    #: the instance names' prefix
+    prefix = "day2"
+
+    def params(self, **values: Any) -> dict[str, Any]:
+        """The instantiate request's ``additionalParams`` (the API's form)."""
+        return k8s_params(**values)
+
+    def placement(self) -> dict[str, Any]:
+        """Where the instantiate request puts the VNF: its VIM and external links."""
+        return {
+            "vimConnectionInfo": self.sim.vim_connection_info(),
+            "extVirtualLinks": ext_virtual_links(NETWORK_ID),
+        }
+
     def instantiate(self, vnfd_id: str, flavour: str, **extra: Any) -> dict[str, Any]:
         """Create and INSTANTIATE; returns serve's COMPLETED event (its job done)."""
-        self.inst = self.tacker.create(vnfd_id, unique_name(f"day2-{flavour}"))
-        params = k8s_params(
+        self.inst = self.tacker.create(vnfd_id, unique_name(f"{self.prefix}-{flavour}"))
+        params = self.params(
             master_user="root",
             worker_user=self.hosts.user,
             key=str(self.hosts.client_key),
@@ -96,17 +110,8 @@ class Loop:
             ha=flavour == "complex",
         )
         params["k8s_cluster_installation_param"].update(extra)
-        occ = self.tacker.run_op(
-            self.inst,
-            "instantiate",
-            {
-                "flavourId": flavour,
-                "vimConnectionInfo": self.sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
-        )
-        assert occ["operationState"] == "COMPLETED", occ.get("error")
+        body = {"flavourId": flavour, **self.placement(), "additionalParams": params}
+        occ = self.op("instantiate", body)
         self.instantiated = True
         return self.handled(occ["id"])
 

@@ -15,7 +15,6 @@ from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import ServeProcess
 from tests.testbed.cluster_vnf import v1_params
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import unique_name
 from tests.testbed.tacker_v1 import V1Tacker, v1_ext_virtual_links, v1_vim_connection_info
 
 from .day2 import Loop
@@ -35,29 +34,16 @@ class V1Loop(Loop):
         self.v1 = tacker
         self.vim_id = vim_id
 
-    def instantiate(self, vnfd_id: str, flavour: str, **extra: Any) -> dict[str, Any]:
-        self.inst = self.v1.create(vnfd_id, unique_name(f"v1-{flavour}"))
-        params = v1_params(
-            master_user="root",
-            worker_user=self.hosts.user,
-            key=str(self.hosts.client_key),
-            password=self.hosts.password,
-            ha=flavour == "complex",
-        )
-        params["k8s_cluster_installation_param"].update(extra)
-        occ = self.v1.run_op(
-            self.inst,
-            "instantiate",
-            {
-                "flavourId": flavour,
-                "vimConnectionInfo": v1_vim_connection_info(self.vim_id),
-                "extVirtualLinks": v1_ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
-        )
-        assert occ["operationState"] == "COMPLETED", occ.get("error")
-        self.instantiated = True
-        return self.handled(occ["id"])
+    prefix = "v1"
+
+    def params(self, **values: Any) -> dict[str, Any]:
+        return v1_params(**values)
+
+    def placement(self) -> dict[str, Any]:
+        return {
+            "vimConnectionInfo": v1_vim_connection_info(self.vim_id),
+            "extVirtualLinks": v1_ext_virtual_links(NETWORK_ID),
+        }
 
     def scale(self, kind: str, steps: int = 1) -> dict[str, Any]:
         return self.op("scale", {"type": kind, "aspectId": WORKER_ASPECT, "numberOfSteps": steps})

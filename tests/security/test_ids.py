@@ -28,6 +28,7 @@ from subscriber.tacker.reconciler import WATERMARK_KEY, Reconciler
 from tests.conftest import ServiceFactory, callback_url, make_settings
 from tests.factories import op_occ, uid
 from tests.kafka.helpers import create_topic, fast_settings, notification, produce, wait_until
+from tests.loopback import listen
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.postgres]
 
@@ -209,12 +210,8 @@ async def test_the_reconciler_skips_an_op_occ_whose_ids_are_not_ids(pg_url: str)
     app = web.Application()
     app.router.add_get("/vnflcm/v2/vnf_lcm_op_occs", listing)
     runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     settings = TackerSettings(
-        endpoint=f"http://127.0.0.1:{port}",
+        endpoint=await listen(runner),
         noauth_user_id="u" * 32,
         noauth_project_id="p" * 32,
         reconcile_overlap=60,

@@ -28,6 +28,7 @@ from subscriber.kernel import JobContext, Services, Step
 from subscriber.tacker import TackerClient
 from tests.cluster_fakes import job_context
 from tests.factories import op_occ
+from tests.loopback import listen
 
 pytestmark = pytest.mark.asyncio
 
@@ -59,12 +60,8 @@ async def package_api(tmp_path: Path) -> AsyncIterator[tuple[str, dict[str, Path
     app.router.add_get("/vnfpkgm/v1/vnf_packages", index)
     app.router.add_get("/vnfpkgm/v1/vnf_packages/{pkg}/package_content", content)
     runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}", served
+        yield await listen(runner), served
     finally:
         await runner.cleanup()
 

@@ -23,6 +23,7 @@ from handlers.toolkit.install_report import InstallReport, parse_install_output
 from subscriber.kernel.ports import SshTarget
 from subscriber.ssh import SshPool
 from tests import REPO
+from tests.loopback import listen
 from tests.testbed import testhosts
 
 pytestmark = pytest.mark.ssh
@@ -337,15 +338,12 @@ async def test_cilium_cli_is_pinned_and_checked_before_it_is_unpacked(
     app = web.Application()
     app.router.add_get("/{version}/{name}", release)
     runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, bed.bridge_address, 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    releases = await listen(runner, bed.bridge_address)
     await pool.upload(root(host), SCRIPTS / "install_k8s_cluster.sh", SCRIPT, mode=0o755)
     only_cni = {
         "K8S_SKIP_PHASES": "packages,ha,kubeadm,kubeconfig,report,done",
         "K8S_CNI": "cilium",
-        "CILIUM_CLI_URL": f"http://{bed.bridge_address}:{port}",
+        "CILIUM_CLI_URL": releases,
     }
     command = f"bash {SCRIPT} -m {host.address} -i {host.address}"
     try:

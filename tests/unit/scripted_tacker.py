@@ -8,6 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.loopback import listen
+
 
 class ScriptedTacker:
     """Answers each (method, path) from a script of statuses; records every request."""
@@ -42,11 +44,7 @@ class ScriptedTacker:
 
     async def start(self) -> None:
         self.runner = web.AppRunner(self.app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = await listen(self.runner)
 
     async def stop(self) -> None:
         if self.runner is not None:

@@ -31,6 +31,7 @@ from subscriber.tacker import TackerClient
 from subscriber.tacker.reconciler import Reconciler
 from tests.conftest import make_settings, metric
 from tests.factories import op_occ, uid
+from tests.loopback import listen
 
 LIFECYCLE_LOG = "subscriber.lifecycle"
 
@@ -313,10 +314,7 @@ class OpOccServer:
 @pytest.fixture
 async def op_occ_server() -> AsyncIterator[OpOccServer]:
     server = OpOccServer()
-    await server.runner.setup()
-    site = web.TCPSite(server.runner, "127.0.0.1", 0)
-    await site.start()
-    server.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    server.url = await listen(server.runner)
     yield server
     await server.runner.cleanup()
 

@@ -40,6 +40,7 @@ from tests.cluster_fakes import (
     topology,
     vnf_package,
 )
+from tests.loopback import listen
 from tests.unit.test_cluster_handlers import ctx_for
 
 PASSWORD = "S3cr%40t-pw"  # percent-encoded '@' inside: systemd must not expand it
@@ -317,12 +318,8 @@ async def package_server() -> AsyncIterator[tuple[str, list[web.Request]]]:
     app.router.add_get("/vnfpkgm/v1/vnf_packages", index)
     app.router.add_get("/vnfpkgm/v1/vnf_packages/pkg-1/package_content", content)
     runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}", seen
+        yield await listen(runner), seen
     finally:
         await runner.cleanup()
 
