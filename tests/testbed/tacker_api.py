@@ -47,13 +47,20 @@ def wait_for(
 
 
 class TackerClient:
-    """The v2 VNF LCM calls the tests need, against one test bed."""
+    """The v2 VNF LCM calls the tests need, against one test bed (:attr:`lcm` and
+    :attr:`version` name the API; :class:`~tests.testbed.tacker_v1.V1Tacker` is v1's)."""
+
+    lcm = "/vnflcm/v2"
+    version: dict[str, str] = {}  # the bed's default headers carry v2's Version
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
 
-    def call(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, dict, Any]:
-        return tacker_bed.request(method, f"{self.url}{path}", body, **kw)
+    def call(
+        self, method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict, Any]:
+        headers = {**self.version, **(headers or {})}
+        return tacker_bed.request(method, f"{self.url}{path}", body, headers=headers)
 
     def _ok(self, expected: int, method: str, path: str, body: Any = None, **kw: Any) -> Any:
         status, headers, resp = self.call(method, path, body, **kw)
@@ -61,15 +68,15 @@ class TackerClient:
         return headers, resp
 
     def subscribe(self, callback_uri: str) -> str:
-        _, body = self._ok(201, "POST", "/vnflcm/v2/subscriptions", {"callbackUri": callback_uri})
+        _, body = self._ok(201, "POST", f"{self.lcm}/subscriptions", {"callbackUri": callback_uri})
         return str(body["id"])
 
     def unsubscribe(self, sub_id: str) -> None:
-        self.call("DELETE", f"/vnflcm/v2/subscriptions/{sub_id}")
+        self.call("DELETE", f"{self.lcm}/subscriptions/{sub_id}")
 
     def create(self, vnfd_id: str, name: str) -> str:
         _, body = self._ok(
-            201, "POST", "/vnflcm/v2/vnf_instances", {"vnfdId": vnfd_id, "vnfInstanceName": name}
+            201, "POST", f"{self.lcm}/vnf_instances", {"vnfdId": vnfd_id, "vnfInstanceName": name}
         )
         return str(body["id"])
 
@@ -81,7 +88,7 @@ class TackerClient:
 
         def attempt() -> bool:
             nonlocal conflicts
-            status, _, body = self.call("DELETE", f"/vnflcm/v2/vnf_instances/{inst_id}")
+            status, _, body = self.call("DELETE", f"{self.lcm}/vnf_instances/{inst_id}")
             assert status in (204, 409), f"DELETE {inst_id}: {status} {body}"
             conflicts += status == 409
             return status == 204
@@ -90,13 +97,13 @@ class TackerClient:
         LOCK_WAITS.append(time.monotonic() - t0 if conflicts else 0.0)
 
     def show(self, inst_id: str) -> dict[str, Any]:
-        return self._ok(200, "GET", f"/vnflcm/v2/vnf_instances/{inst_id}")[1]  # type: ignore[no-any-return]
+        return self._ok(200, "GET", f"{self.lcm}/vnf_instances/{inst_id}")[1]  # type: ignore[no-any-return]
 
     def op_occ(self, occ_id: str) -> dict[str, Any]:
-        return self._ok(200, "GET", f"/vnflcm/v2/vnf_lcm_op_occs/{occ_id}")[1]  # type: ignore[no-any-return]
+        return self._ok(200, "GET", f"{self.lcm}/vnf_lcm_op_occs/{occ_id}")[1]  # type: ignore[no-any-return]
 
     def op_occs(self) -> list[dict[str, Any]]:
-        return self._ok(200, "GET", "/vnflcm/v2/vnf_lcm_op_occs")[1]  # type: ignore[no-any-return]
+        return self._ok(200, "GET", f"{self.lcm}/vnf_lcm_op_occs")[1]  # type: ignore[no-any-return]
 
     def start_op(self, inst_id: str, task: str, body: dict[str, Any]) -> str:
         """POST an LCM task (instantiate, scale, heal, terminate); returns the op-occ id.
@@ -106,7 +113,7 @@ class TackerClient:
         so a task started right after another gets 409 for up to ~0.3 s: retry
         those, briefly, as an operator's client would.
         """
-        path = f"/vnflcm/v2/vnf_instances/{inst_id}/{task}"
+        path = f"{self.lcm}/vnf_instances/{inst_id}/{task}"
         deadline = time.monotonic() + 10.0
         while True:
             status, headers, resp = self.call("POST", path, body)
@@ -120,7 +127,7 @@ class TackerClient:
         headers, _ = self._ok(
             202,
             "PATCH",
-            f"/vnflcm/v2/vnf_instances/{inst_id}",
+            f"{self.lcm}/vnf_instances/{inst_id}",
             body,
             headers={"Content-Type": "application/merge-patch+json"},
         )
