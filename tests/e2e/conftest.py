@@ -124,12 +124,7 @@ def serve_proc(
     proc = ServeProcess(tmp_path, config=serve_config(bed, host_sim, hosts))
     proc.start()
     try:
-
-        def subscribed() -> bool:
-            _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
-            return any(s.get("callbackUri") == proc.callback_url for s in subs)
-
-        wait_for(subscribed, timeout=30, interval=0.2, what="serve's own subscription")
+        tacker.wait_subscribed(proc.callback_url)
         wait_for(
             lambda: callback_auth(proc) == "callback auth on: BASIC (generated)",
             timeout=10,
@@ -139,10 +134,7 @@ def serve_proc(
         yield proc
     finally:
         proc.stop()
-        _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
-        for sub in subs if isinstance(subs, list) else ():
-            if sub.get("callbackUri") == proc.callback_url:
-                tacker.unsubscribe(sub["id"])
+        tacker.unsubscribe_all(proc.callback_url)
 
 
 TOKEN = "e2e-hook-token-0c9d2b"
@@ -176,12 +168,7 @@ def hooked_loop(
     )
     loop = Loop(tacker, host_sim, hosts, proc, recorder)
     try:
-
-        def subscribed() -> bool:
-            _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
-            return any(s.get("callbackUri") == proc.callback_url for s in subs)
-
-        wait_for(subscribed, timeout=30, interval=0.2, what="serve's own subscription")
+        tacker.wait_subscribed(proc.callback_url)
         yield loop
     finally:
         bed.hook_config.unlink(missing_ok=True)  # the other tests run without the hook
@@ -195,10 +182,7 @@ def hooked_loop(
         if loop.inst:
             give_up(loop)
         proc.stop()
-        _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
-        for sub in subs if isinstance(subs, list) else ():
-            if sub.get("callbackUri") == proc.callback_url:
-                tacker.unsubscribe(sub["id"])
+        tacker.unsubscribe_all(proc.callback_url)
 
 
 def give_up(loop: Loop) -> None:

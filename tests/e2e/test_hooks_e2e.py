@@ -330,7 +330,7 @@ def plain_loop(
     proc.start()
     loop = Loop(tacker, host_sim, hosts, proc, recorder)
     try:
-        wait_for(lambda: subscribed(tacker, proc), timeout=30, interval=0.2, what="subscribed")
+        tacker.wait_subscribed(proc.callback_url, timeout=60)
         yield loop
     finally:
         for host in hosts.hosts:
@@ -340,13 +340,7 @@ def plain_loop(
         if loop.inst:
             give_up(loop)
         proc.stop()
-        for sub in subscribed(tacker, proc):
-            tacker.unsubscribe(sub)
-
-
-def subscribed(tacker: TackerClient, proc: ServeProcess) -> list[str]:
-    _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
-    return [s["id"] for s in subs if s.get("callbackUri") == proc.callback_url]
+        tacker.unsubscribe_all(proc.callback_url)
 
 
 def lccn_status(loop: Loop, state: str, op_occ: str) -> dict[str, Any]:

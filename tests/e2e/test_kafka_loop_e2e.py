@@ -148,12 +148,7 @@ async def test_tacker_to_relay_to_kafka_to_two_workers_builds_grows_and_forgets(
             cli, "subscribe", "--config", str(relay_config), "--database", pg
         )
         assert made.returncode == 0, made.stderr
-        subs = [
-            s
-            for s in tacker.call("GET", "/vnflcm/v2/subscriptions")[2]
-            if s.get("callbackUri") == relay.url
-        ]
-        [sub_id] = [s["id"] for s in subs]
+        [sub_id] = [s["id"] for s in tacker.subscriptions(relay.url)]
 
         # INSTANTIATE: built by one of the two workers, written back to Tacker.
         t0 = time.time()

@@ -62,14 +62,7 @@ def v1_serve(
     proc = ServeProcess(tmp_path, config=config)
     proc.start()
     try:
-        wait_for(
-            lambda: any(
-                s.get("callbackUri") == proc.callback_url for s in v1_tacker.subscriptions()
-            ),
-            timeout=30,
-            interval=0.2,
-            what="serve's own v1 subscription",
-        )
+        v1_tacker.wait_subscribed(proc.callback_url)
         wait_for(
             lambda: callback_auth(proc) == "callback auth on: BASIC (generated)",
             timeout=10,
@@ -79,9 +72,7 @@ def v1_serve(
         yield proc
     finally:
         proc.stop()
-        for sub in v1_tacker.subscriptions():
-            if sub.get("callbackUri") == proc.callback_url:
-                v1_tacker.unsubscribe(sub["id"])
+        v1_tacker.unsubscribe_all(proc.callback_url)
 
 
 @pytest.fixture

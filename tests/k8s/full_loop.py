@@ -108,12 +108,6 @@ def serve_config(bed: tacker_bed.BedState, sim: SimProcess, hosts: TestBed) -> d
     }
 
 
-def subscriptions_to(tacker: TackerClient, url: str) -> list[str]:
-    status, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
-    assert status == 200, subs
-    return [s["id"] for s in subs if s.get("callbackUri") == url]
-
-
 @pytest.fixture(scope="module")
 def serve(
     bed: tacker_bed.BedState,
@@ -128,17 +122,11 @@ def serve(
     )
     proc.start()
     try:
-        wait_for(
-            lambda: subscriptions_to(tacker, proc.callback_url),
-            timeout=60,
-            interval=0.5,
-            what="serve's own subscription",
-        )
+        tacker.wait_subscribed(proc.callback_url, timeout=60)
         yield proc
     finally:
         proc.stop()
-        for sub in subscriptions_to(tacker, proc.callback_url):
-            tacker.unsubscribe(sub)
+        tacker.unsubscribe_all(proc.callback_url)
 
 
 def handled(serve: ServeProcess, occ: str, *, timeout: float = 600.0) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name, wait_for
+from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
 from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(1200)]
@@ -62,18 +62,12 @@ def hooked_serve(
         )
     )
     try:
-        wait_for(lambda: subscribed(tacker, proc), timeout=60, interval=0.5, what="subscribed")
+        tacker.wait_subscribed(proc.callback_url, timeout=60)
         yield proc
     finally:
         bed.hook_config.unlink(missing_ok=True)
         proc.stop()
-        for sub in subscribed(tacker, proc):
-            tacker.unsubscribe(sub)
-
-
-def subscribed(tacker: TackerClient, proc: ServeProcess) -> list[str]:
-    _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
-    return [s["id"] for s in subs if s.get("callbackUri") == proc.callback_url]
+        tacker.unsubscribe_all(proc.callback_url)
 
 
 def test_vnf_b_is_instantiated_on_vnf_a_the_moment_vnf_a_is_completed(

@@ -69,18 +69,11 @@ def v1_serve(bed: tb.BedState, v1: V1Tacker, tmp_path: Path) -> Iterator[ServePr
     )
     proc.start()
     try:
-        wait_for(
-            lambda: any(s.get("callbackUri") == proc.callback_url for s in v1.subscriptions()),
-            timeout=30,
-            interval=0.2,
-            what="serve's v1 subscription",
-        )
+        v1.wait_subscribed(proc.callback_url)
         yield proc
     finally:
         proc.stop()
-        for sub in v1.subscriptions():
-            if sub.get("callbackUri") == proc.callback_url:
-                v1.unsubscribe(sub["id"])
+        v1.unsubscribe_all(proc.callback_url)
 
 
 def stored(serve: ServeProcess, occ_id: str) -> list[tuple[Any, ...]]:

@@ -74,6 +74,25 @@ class TackerClient:
     def unsubscribe(self, sub_id: str) -> None:
         self.call("DELETE", f"{self.lcm}/subscriptions/{sub_id}")
 
+    def subscriptions(self, callback_uri: str | None = None) -> list[dict[str, Any]]:
+        """The subscriptions (only those that call ``callback_uri`` back, when given)."""
+        subs = self._ok(200, "GET", f"{self.lcm}/subscriptions")[1] or []
+        return [s for s in subs if callback_uri is None or s.get("callbackUri") == callback_uri]
+
+    def wait_subscribed(self, callback_uri: str, timeout: float = 30.0) -> None:
+        """Until a subscription calls ``callback_uri`` back (serve subscribes itself)."""
+        wait_for(
+            lambda: self.subscriptions(callback_uri),
+            timeout=timeout,
+            interval=0.2,
+            what=f"a subscription calling {callback_uri} back",
+        )
+
+    def unsubscribe_all(self, callback_uri: str) -> None:
+        """Delete every subscription that calls ``callback_uri`` back."""
+        for sub in self.subscriptions(callback_uri):
+            self.unsubscribe(sub["id"])
+
     def create(self, vnfd_id: str, name: str) -> str:
         _, body = self._ok(
             201, "POST", f"{self.lcm}/vnf_instances", {"vnfdId": vnfd_id, "vnfInstanceName": name}

@@ -61,6 +61,3 @@ class V1Tacker(TackerClient):
         """Register the cloud at ``auth_url`` (the project's default VIM if it has none)."""
         default = not any(v.get("is_default") for v in self.vims())
         return tacker_bed.register_openstack_vim(state, auth_url, login, name=name, default=default)
-
-    def subscriptions(self) -> list[dict[str, Any]]:
-        return list(self._ok(200, "GET", f"{self.lcm}/subscriptions")[1] or [])
