@@ -382,12 +382,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                     "subscribe_on_start": True,
                 },
                 "openstack": sim.openstack_settings(),
-                "ssh": {
-                    "known_hosts": str(hosts.known_hosts),
-                    "client_keys": [str(hosts.client_key)],
-                    "key_dir": str(hosts.client_key.parent),
-                    "connect_timeout": 5.0,
-                },
+                "ssh": hosts.ssh_section(),
                 "cluster": {
                     "handlers": "on",
                     "token_wait_timeout": 60.0,

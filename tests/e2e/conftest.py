@@ -79,24 +79,11 @@ def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any
             "backoff_initial": 0.5,
             "max_attempts": 3,
         },
-        "tacker": {
-            "endpoint": bed.url,
-            "noauth_user_id": tb.USER_ID,
-            "noauth_project_id": tb.PROJECT_ID,
-            "retry_attempts": 20,
-            "retry_initial": 0.1,
-            "retry_max": 1.0,
-            "op_poll_interval": 0.2,
-            "subscribe_on_start": True,
-        },
+        "tacker": bed.tacker_section(
+            **tb.QUICK_RETRIES, op_poll_interval=0.2, subscribe_on_start=True
+        ),
         "openstack": sim.openstack_settings(),
-        "ssh": {
-            "known_hosts": str(hosts.known_hosts),
-            "client_keys": [str(hosts.client_key)],
-            "key_dir": str(hosts.client_key.parent),
-            "connect_timeout": 5.0,
-            "command_timeout": 60.0,
-        },
+        "ssh": hosts.ssh_section(command_timeout=60.0),
         "cluster": {
             "handlers": "on",
             "script_env": {"K8S_SKIP_PHASES": "packages,cni"},

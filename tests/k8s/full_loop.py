@@ -79,25 +79,14 @@ def serve_config(bed: tacker_bed.BedState, sim: SimProcess, hosts: TestBed) -> d
     ``systemctl reload haproxy``, which the hosts' systemctl shim does for real)."""
     return {
         "dispatch": {"rescan_interval": 0.5, "backoff_initial": 0.5, "max_attempts": 3},
-        "tacker": {
-            "endpoint": bed.url,
-            "noauth_user_id": tacker_bed.USER_ID,
-            "noauth_project_id": tacker_bed.PROJECT_ID,
-            "retry_attempts": 20,
-            "retry_initial": 0.1,
-            "retry_max": 1.0,
-            "op_poll_interval": 0.2,
-            "subscribe_on_start": True,
-            "vim_key": VIM_KEY,
-        },
+        "tacker": bed.tacker_section(
+            **tacker_bed.QUICK_RETRIES,
+            op_poll_interval=0.2,
+            subscribe_on_start=True,
+            vim_key=VIM_KEY,
+        ),
         "openstack": sim.openstack_settings(),
-        "ssh": {
-            "known_hosts": str(hosts.known_hosts),
-            "client_keys": [str(hosts.client_key)],
-            "key_dir": str(hosts.client_key.parent),
-            "connect_timeout": 5.0,
-            "command_timeout": 120.0,
-        },
+        "ssh": hosts.ssh_section(command_timeout=120.0),
         "cluster": {
             "handlers": "on",
             "script_env": SCRIPT_ENV,

@@ -37,16 +37,7 @@ def serve_config(bed: tb.BedState, api: str, generate: str) -> dict[str, Any]:
     """Tacker configured and nothing else about callback auth: what a fresh install has
     (``auth.generate`` only when it is not the default, ``basic``)."""
     config: dict[str, Any] = {
-        "tacker": {
-            "endpoint": bed.url,
-            "noauth_user_id": tb.USER_ID,
-            "noauth_project_id": tb.PROJECT_ID,
-            "api_version": api,
-            "subscribe_on_start": True,
-            "retry_attempts": 20,
-            "retry_initial": 0.1,
-            "retry_max": 1.0,
-        },
+        "tacker": bed.tacker_section(**tb.QUICK_RETRIES, api_version=api, subscribe_on_start=True),
         # Debug: a secret must not reach the log at any level.
         "log": {"format": "json", "level": "DEBUG"},
     }

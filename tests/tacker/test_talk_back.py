@@ -39,16 +39,8 @@ pytestmark = pytest.mark.tacker
 
 
 def tacker_settings(bed: tb.BedState, **kw: Any) -> TackerSettings:
-    base: dict[str, Any] = {
-        "endpoint": bed.url,
-        "noauth_user_id": tb.USER_ID,
-        "noauth_project_id": tb.PROJECT_ID,
-        "retry_attempts": 20,
-        "retry_initial": 0.1,
-        "retry_max": 1.0,
-        "op_poll_interval": 0.2,
-    }
-    return TackerSettings(**{**base, **kw})
+    quick = {**tb.QUICK_RETRIES, "op_poll_interval": 0.2}
+    return TackerSettings(**bed.tacker_section(**{**quick, **kw}))
 
 
 def service_settings(db_url: str, tacker: TackerSettings, port: int | None = None) -> Settings:

@@ -57,13 +57,7 @@ def v1_serve(bed: tb.BedState, v1: V1Tacker, tmp_path: Path) -> Iterator[ServePr
     proc = ServeProcess(
         tmp_path,
         config={
-            "tacker": {
-                "endpoint": bed.url,
-                "noauth_user_id": tb.USER_ID,
-                "noauth_project_id": tb.PROJECT_ID,
-                "api_version": "v1",
-                "subscribe_on_start": True,
-            },
+            "tacker": bed.tacker_section(api_version="v1", subscribe_on_start=True),
             "cluster": {"handlers": "off"},
         },
     )

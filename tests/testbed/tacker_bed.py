@@ -50,6 +50,8 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 PG_PLUGIN = Path(__file__).resolve().parent / "tacker_pg"
 PROJECT_ID = "6b1e4f3c2a9d4e8f9a7b6c5d4e3f2a1b"
 USER_ID = "2f9a7c1e5b3d4a6c8e0f1a2b3c4d5e6f"
+#: the Tacker client's retries and polls, quick for tests
+QUICK_RETRIES = {"retry_attempts": 20, "retry_initial": 0.1, "retry_max": 1.0}
 HEADERS = {
     "X-User-Id": USER_ID,
     "X-Project-Id": PROJECT_ID,
@@ -101,6 +103,15 @@ class BedState:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def tacker_section(self, **settings: Any) -> dict[str, Any]:
+        """The ``tacker`` section of a ``serve`` that talks to this bed, with ``settings``."""
+        return {
+            "endpoint": self.url,
+            "noauth_user_id": USER_ID,
+            "noauth_project_id": PROJECT_ID,
+            **settings,
+        }
 
     @property
     def hook_config(self) -> Path:

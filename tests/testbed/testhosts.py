@@ -65,7 +65,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "BASE_ROOT",
@@ -197,6 +197,16 @@ class TestBed:
     password: str | None = field(default=None, repr=False)
     hosts: list[TestHost] = field(default_factory=list)
     kubernetes: KubernetesMode = "standin"
+
+    def ssh_section(self, **settings: float) -> dict[str, Any]:
+        """The ``ssh`` section of a ``serve`` that reaches these hosts, with ``settings``."""
+        return {
+            "known_hosts": str(self.known_hosts),
+            "client_keys": [str(self.client_key)],
+            "key_dir": str(self.client_key.parent),
+            "connect_timeout": 5.0,
+            **settings,
+        }
 
     def private_dir(self, host: TestHost, target: str) -> Path:
         """The directory the host sees as ``target`` (e.g. ``/etc/kubernetes``)."""
