@@ -32,8 +32,22 @@ from tests.tacker_fixtures import (  # one Tacker bed per run, for every tier
     tacker,
     v1_vnfd,
 )
+from tests.testbed import kafka_broker
 
-__all__ = ["bed", "pg_url", "pytest_terminal_summary", "recorder", "tacker", "v1_vnfd"]
+__all__ = ["bed", "broker", "pg_url", "pytest_terminal_summary", "recorder", "tacker", "v1_vnfd"]
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_broker.Broker]:
+    """One Kafka-protocol broker (Tansu) for the session, started by the first test that
+    asks; tests isolate themselves with unique topics and groups."""
+    try:
+        kafka_broker.tansu_binary()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+    running = kafka_broker.start_broker(log=tmp_path_factory.mktemp("kafka") / "tansu.log")
+    yield running
+    running.stop()
 
 
 # The markers a tier directory gives every test in it (tests/README.md).

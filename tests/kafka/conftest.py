@@ -1,4 +1,4 @@
-"""Fixtures of the kafka tier: a real Kafka-protocol broker (Tansu), stores, databases."""
+"""The kafka tier's own fixture: a broker of one test alone (the session's is shared)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,6 @@ from pathlib import Path
 import pytest
 
 from tests.testbed import kafka_broker
-
-
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_broker.Broker]:
-    """One broker for the session; tests isolate themselves with unique topics and groups."""
-    try:
-        kafka_broker.tansu_binary()
-    except FileNotFoundError as exc:
-        pytest.fail(str(exc))
-    log = tmp_path_factory.mktemp("kafka") / "tansu.log"
-    running = kafka_broker.start_broker(log=log)
-    yield running
-    running.stop()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixtures of the security suite: a throw-away PostgreSQL database, a Kafka broker, two
+"""Fixtures of the security suite (PostgreSQL and the broker are every tier's): two
 sshd hosts, and the tacker tier's simulated OpenStack (a real instantiation needs one).
 
 Each test file here covers one area of issue 29 ("a notification is a claim, Tacker
@@ -10,36 +10,16 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.backends import pg_database
 from tests.tacker.conftest import sim
-from tests.testbed import kafka_broker, testhosts
+from tests.testbed import testhosts
 
-__all__ = ["broker", "pg_url", "sim", "ssh_bed"]
-
-
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    """A fresh database on the machine's PostgreSQL, dropped afterwards."""
-    async with pg_database() as url:
-        yield url
-
-
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kafka_broker.Broker]:
-    """A Kafka-protocol broker for the session (tests use unique topics and groups)."""
-    try:
-        kafka_broker.tansu_binary()
-    except FileNotFoundError as exc:
-        pytest.fail(str(exc))
-    running = kafka_broker.start_broker(log=Path(tmp_path_factory.mktemp("kafka")) / "tansu.log")
-    yield running
-    running.stop()
+__all__ = ["sim", "ssh_bed"]
 
 
 @pytest.fixture(scope="session")
