@@ -122,40 +122,28 @@ def test_unusable_tls_files(tmp_path: Path) -> None:
     one_line(run("serve", "--port", "0", "--database", url, env=env), 3, "missing.crt")
 
 
-def test_ssh_files_and_handler_modules(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("setting", "value", "words"),
+    [
+        ("SSH__CLIENT_KEYS", "{tmp}/id_missing", ("ssh.client_keys", "id_missing: no such file")),
+        ("SSH__KNOWN_HOSTS", "{tmp}/kh", ("ssh.known_hosts", "strict")),
+        (
+            "HANDLERS__MODULES",
+            "no_such_handlers_mod",
+            ("handler module 'no_such_handlers_mod' cannot be imported",),
+        ),
+    ],
+    ids=["client_keys", "known_hosts", "handler_modules"],
+)
+def test_ssh_files_and_handler_modules(
+    tmp_path: Path, setting: str, value: str, words: tuple[str, ...]
+) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
-    key = tmp_path / "id_missing"
-    one_line(
-        run("serve", "--port", "0", "--database", url, env={"LCCN_SSH__CLIENT_KEYS": str(key)}),
-        3,
-        "ssh.client_keys",
-        "id_missing: no such file",
-    )
-    one_line(
-        run(
-            "serve",
-            "--port",
-            "0",
-            "--database",
-            url,
-            env={"LCCN_SSH__KNOWN_HOSTS": str(tmp_path / "kh")},
-        ),
-        3,
-        "ssh.known_hosts",
-        "strict",
-    )
-    one_line(
-        run(
-            "serve",
-            "--port",
-            "0",
-            "--database",
-            url,
-            env={"LCCN_HANDLERS__MODULES": "no_such_handlers_mod"},
-        ),
-        3,
-        "handler module 'no_such_handlers_mod' cannot be imported",
-    )
+    env = {f"LCCN_{setting}": value.format(tmp=tmp_path)}
+    one_line(run("serve", "--port", "0", "--database", url, env=env), 3, *words)
+
+
+def test_settings_in_the_environment() -> None:
     # A plain name where a list is expected is a list of one.
     shown = run("config", "show", env={"LCCN_HANDLERS__MODULES": "tests.crash_handler"})
     assert shown.returncode == 0 and '"tests.crash_handler"' in shown.stdout
