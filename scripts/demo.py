@@ -4,7 +4,8 @@
 back into the VNF instance, and a client reaches the cluster through what Tacker holds.
 
     bash scripts/test.sh        # once, the README's test command: installs the parts
-    sudo .venv/bin/python scripts/demo.py [--flavour simple|complex] [--scale] [--heal] [--keep]
+    sudo .venv/bin/python scripts/demo.py [--flavour simple|complex] [--scale] [--heal]
+                                             [--keep] [--no-hooks]
 
 What is real and what is simulated (the tests' beds, see docs/contributing.md):
 
@@ -16,6 +17,12 @@ What is real and what is simulated (the tests' beds, see docs/contributing.md):
   addresses, so what Tacker's Heat stack creates is what ``serve`` reaches;
 - Tacker and ``serve`` are the real programs, ``serve`` a subprocess configured by a
   TOML file the demo writes (printed with ``--show-config``), as an operator would.
+
+Tacker's hooks are on by default (``--no-hooks``: today's notification-driven path): the
+package's ``lccn_hook.py`` asks ``serve`` to run each operation's cluster job and waits
+for it, so Tacker reports an op-occ COMPLETED only once the cluster is, with the
+``vimConnectionInfo`` entry already in the instance (docs/guide/hooks.md). After each
+operation the demo prints Tacker's op-occ state next to serve's job.
 
 Steps: start everything on free loopback ports; INSTANTIATE (``events watch`` shows
 each step of the cluster job live: step, node, duration); print the
@@ -34,6 +41,7 @@ import base64
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -59,6 +67,7 @@ from tests.testbed.tacker_api import (  # noqa: E402
 
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
 K8S_VIM = "ETSINFV.KUBERNETES.V_1"
+OPEN = ("pending", "running", "retry")  # an event whose job is yet to settle
 # What install_k8s_cluster.sh needs on these hosts (no apt, no CNI, no kubeadm preflight:
 # there is no VM kernel or container runtime to check); on real VMs none of it is set.
 SCRIPT_ENV = {
@@ -192,26 +201,26 @@ class Serve:
         )
         return json.loads(out.stdout)  # type: ignore[no-any-return]
 
-    def handled(self, occ: str, timeout: float = 600.0) -> dict[str, Any]:
-        """The op-occ's COMPLETED event once its job has settled."""
+    def handled(self, occ: str, final: str, timeout: float = 600.0) -> list[dict[str, Any]]:
+        """The op-occ's events once its ``final`` transition is stored and none of them is
+        still waiting or running (a hook's job, or the one COMPLETED started)."""
 
-        def settled() -> dict[str, Any] | None:
-            for e in self.events():
-                if (
-                    e["vnfLcmOpOccId"] == occ
-                    and e["operationState"] == "COMPLETED"
-                    and e["status"] in ("done", "failed")
-                ):
-                    return e
-            return None
+        def settled() -> list[dict[str, Any]] | None:
+            mine = [e for e in self.events() if e["vnfLcmOpOccId"] == occ]
+            if not any(e["operationState"] == final for e in mine):
+                return None
+            return None if any(e["status"] in OPEN for e in mine) else mine
 
-        event: dict[str, Any] = wait_for(settled, timeout=timeout, interval=0.5, what="the job")
-        if event["status"] != "done":
-            raise DemoError(
-                f"serve's job for {occ} failed: {event.get('statusDetail')} "
-                f"(lccn-subscriber events show {event['id']} --database {self.db_url})"
-            )
-        return event
+        events: list[dict[str, Any]] = wait_for(
+            settled, timeout=timeout, interval=0.5, what="the job"
+        )
+        for event in events:
+            if event["status"] == "failed":
+                raise DemoError(
+                    f"serve's job for {occ} failed: {event.get('statusDetail')} "
+                    f"(lccn-subscriber events show {event['id']} --database {self.db_url})"
+                )
+        return events
 
     def stop(self) -> None:
         for proc in (self.watcher, self.proc):
@@ -224,12 +233,20 @@ class Serve:
                     proc.wait(10)
 
 
-def forget_subscriptions(tacker: TackerClient, callback: str) -> None:
-    """Delete serve's subscription (serve keeps it on stop, as in production)."""
-    _, _, subs = tacker.call("GET", "/vnflcm/v2/subscriptions")
-    for sub in subs or []:
-        if sub.get("callbackUri") == callback:
-            tacker.unsubscribe(sub["id"])
+def side_by_side(tacker: TackerClient, serve: Serve, occ: dict[str, Any], t0: float) -> None:
+    """Tacker's op-occ state next to serve's jobs for it (raises if either failed)."""
+    state = occ["operationState"]
+    say(f"  Tacker: {occ['operation']} {state} ({elapsed(t0)} after the request)")
+    for event in serve.handled(occ["id"], state):
+        if event["operationState"] == state and event["status"] in ("done", "failed"):
+            say(
+                f"  serve:  {event['operationState']} (from {event['source']}): job"
+                f" {event['status']} (event {event['id']})"
+            )
+    if state != "COMPLETED":
+        raise DemoError(
+            f"Tacker's {occ['operation']} ended {occ['operationState']}: {occ.get('error')}"
+        )
 
 
 def masked(token: str) -> str:
@@ -330,10 +347,9 @@ def heal_a_worker(
     host = next(h for h in hosts.hosts if h.address == address)
     with phase(f"HEAL of worker VNFC {worker['id']} ({address}, its VM broken)"):
         testhosts.wipe_host(hosts, host)
+        t0 = time.monotonic()
         occ = tacker.run_op(inst, "heal", {"vnfcInstanceId": [vnfc_info]})
-        if occ["operationState"] != "COMPLETED":
-            raise DemoError(f"Tacker's HEAL ended {occ['operationState']}: {occ.get('error')}")
-        serve.handled(occ["id"])
+        side_by_side(tacker, serve, occ, t0)
 
 
 def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
@@ -353,8 +369,14 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         sim.start()
         stack.callback(sim.stop)
         say(f"  OpenStack (sim)    {sim.auth_url}")
+        bed: tacker_bed.BedState | None = None
         if args.tacker_url:  # a Tacker already running with the package onboarded
             tacker_url, vnfd_id = args.tacker_url, args.vnfd_id
+        elif args.bed_state:  # a bed already running (tacker_bed start --onboard)
+            bed = tacker_bed.BedState(**json.loads(Path(args.bed_state).read_text()))
+            if not bed.vnfd_id:
+                raise DemoError(f"{args.bed_state}: the bed has no package onboarded")
+            tacker_url, vnfd_id = bed.url, bed.vnfd_id
         else:
             bed = tacker_bed.start(owner_pid=os.getpid())
             stack.callback(tacker_bed.stop, bed)
@@ -366,6 +388,9 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         tacker = TackerClient(tacker_url)
         stack.callback(tacker.unsubscribe, tacker.subscribe(recorder.url))
 
+        # Hooks: the bed's conductor runs lccn_hook.py with the configuration written below.
+        hooks = bed is not None and not args.no_hooks
+        hook_token = secrets.token_urlsafe(24)
         port = tacker_bed.free_port()
         db_url = f"sqlite+aiosqlite:///{tmp / 'lccn.db'}"
         c = sim.config
@@ -393,18 +418,38 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                     # Nothing can exec into a stand-in kubelet's pods: etcdctl on the master.
                     "etcdctl_via": "host",
                 },
+                "hooks": {"token": hook_token} if hooks else {},
             },
         )
         if args.show_config:
             say("  serve's configuration (lccn.toml, password masked):")
             for line in config.read_text().splitlines():
                 shown = line.replace(c.password, "***") if c.password else line
+                shown = shown.replace(hook_token, "***")
                 say(f"    {shown}")
         serve = Serve(config, db_url, port, tmp / "serve.log")
         serve.start()
         stack.callback(serve.stop)
-        stack.callback(forget_subscriptions, tacker, f"http://127.0.0.1:{port}/lccn/notifications")
+        stack.callback(tacker.unsubscribe_all, f"http://127.0.0.1:{port}/lccn/notifications")
         say(f"  lccn-subscriber    http://127.0.0.1:{port}/lccn/notifications  (subscribed)")
+        if hooks and bed is not None:
+            token_file = tmp / "hook-token"
+            token_file.touch(mode=0o600)
+            token_file.write_text(hook_token)
+            bed.hook_config.write_text(
+                json.dumps(
+                    {
+                        "url": f"http://127.0.0.1:{port}/lccn/hooks",
+                        "token_file": str(token_file),
+                        "timeout": 900,
+                        "poll_interval": 0.5,
+                    }
+                )
+            )
+            stack.callback(bed.hook_config.unlink, missing_ok=True)
+            say(f"  Tacker's hooks     http://127.0.0.1:{port}/lccn/hooks  (lccn_hook.py)")
+        else:
+            say("  Tacker's hooks     off: serve acts on COMPLETED and writes back after it")
         serve.watch()
 
     inst = tacker.create(vnfd_id, unique_name(f"demo-{args.flavour}"))
@@ -417,6 +462,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     )
     with phase(f"INSTANTIATE ({args.flavour} flavour) of VNF instance {inst}"):
         since = len(recorder.received)
+        t0 = time.monotonic()
         occ = tacker.run_op(
             inst,
             "instantiate",
@@ -427,25 +473,24 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                 "additionalParams": params,
             },
         )
-        if occ["operationState"] != "COMPLETED":
-            raise DemoError(
-                f"Tacker's INSTANTIATE ended {occ['operationState']}: {occ.get('error')}"
-            )
-        serve.handled(occ["id"])
-        entry = k8s_entry(recorder, inst, since)
-    say("\n  vimConnectionInfo entry Tacker now holds (written back by serve):")
+        side_by_side(tacker, serve, occ, t0)
+        if hooks and bed is not None:  # handed back in the operation; the API hides the token
+            entry = (tacker_bed.stored_vim_connection_info(bed, inst) or {})["k8s"]
+        else:
+            entry = k8s_entry(recorder, inst, since)
+    how = "handed back inside the INSTANTIATE" if hooks else "written back by serve"
+    say(f"\n  vimConnectionInfo entry Tacker now holds ({how}):")
     show_entry(entry)
     say("\n  the cluster's nodes, through that entry alone:")
     nodes_through(entry, tmp, args.kubernetes)
 
     if args.scale:
         with phase("SCALE_OUT by one worker"):
+            t0 = time.monotonic()
             occ = tacker.run_op(
                 inst, "scale", {"type": "SCALE_OUT", "aspectId": "workerNode_scale"}
             )
-            if occ["operationState"] != "COMPLETED":
-                raise DemoError(f"Tacker's SCALE_OUT ended {occ['operationState']}")
-            serve.handled(occ["id"])
+            side_by_side(tacker, serve, occ, t0)
         nodes_through(entry, tmp, args.kubernetes)
 
     if args.heal:
@@ -459,8 +504,9 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                 time.sleep(3600)
 
     with phase("TERMINATE"):
+        t0 = time.monotonic()
         occ = tacker.run_op(inst, "terminate", {"terminationType": "FORCEFUL"})
-        serve.handled(occ["id"])
+        side_by_side(tacker, serve, occ, t0)
         left = tacker.show(inst).get("vimConnectionInfo")
         say(f"  Tacker's vimConnectionInfo now: {left or '{}'}; serve forgot the cluster")
         tacker.delete(inst)
@@ -474,11 +520,22 @@ def main() -> int:
     p.add_argument("--heal", action="store_true", help="also HEAL one worker's VNFC")
     p.add_argument("--show-config", action="store_true", help="print serve's TOML file")
     p.add_argument("--keep", action="store_true", help="wait for Ctrl-C before TERMINATE")
-    p.add_argument("--tacker-url", help="use this running Tacker (no bed of its own) ...")
+    p.add_argument(
+        "--no-hooks",
+        action="store_true",
+        help="without Tacker's hooks: serve acts on COMPLETED (always so with --tacker-url)",
+    )
+    p.add_argument(
+        "--bed-state",
+        help="use this running bed (tests.testbed.tacker_bed start --state-file F --onboard)",
+    )
+    p.add_argument("--tacker-url", help="use this running Tacker (no hooks) ...")
     p.add_argument("--vnfd-id", help="... where the sample package is onboarded as this vnfdId")
     args = p.parse_args()
     if bool(args.tacker_url) != bool(args.vnfd_id):
         p.error("--tacker-url and --vnfd-id go together")
+    if args.tacker_url and args.bed_state:
+        p.error("--tacker-url and --bed-state exclude each other")
     t0 = time.monotonic()
     try:
         with contextlib.ExitStack() as stack:

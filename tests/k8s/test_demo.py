@@ -1,15 +1,19 @@
 """``scripts/demo.py`` does what ``docs/demo.md`` promises: with the run's Tacker
-(the shared bed), real-mode test hosts of its own and ``serve`` as a subprocess, it
-INSTANTIATEs, shows each step live, shows the written-back entry with its token masked,
-lists the nodes Ready through that entry alone, SCALEs OUT by one worker, HEALs a worker
-whose VM broke and TERMINATEs.
+(the shared bed, its hooks pointed at the demo's ``serve``), real-mode test hosts of its
+own and ``serve`` as a subprocess, it INSTANTIATEs, shows each step live and Tacker's
+op-occ state next to serve's job, shows the entry handed back inside the operation with
+its token masked, lists the nodes Ready through that entry alone, SCALEs OUT by one
+worker, HEALs a worker whose VM broke and TERMINATEs.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -28,20 +32,13 @@ def seconds(age: str) -> int:
 
 
 def test_demo_builds_a_cluster_reachable_through_the_written_back_entry(
-    bed: tb.BedState,
+    bed: tb.BedState, tmp_path: Path
 ) -> None:
     assert bed.vnfd_id
+    state = tmp_path / "bed.json"
+    state.write_text(json.dumps(asdict(bed)))
     out = subprocess.run(
-        [
-            sys.executable,
-            str(DEMO),
-            "--scale",
-            "--heal",
-            "--tacker-url",
-            bed.url,
-            "--vnfd-id",
-            bed.vnfd_id,
-        ],
+        [sys.executable, str(DEMO), "--scale", "--heal", "--bed-state", str(state)],
         capture_output=True,
         text=True,
         timeout=840,
@@ -52,6 +49,15 @@ def test_demo_builds_a_cluster_reachable_through_the_written_back_entry(
     for step in ("discover", "init-master-master", "join-workers", "write-back"):
         assert re.search(rf"cluster-instantiate\s+{step}\S*\s+done", text), step
     assert re.search(r"cluster-scale\s+join-workers\s+done .* worker\d+", text)
+    # With Tacker's hooks (the default): each op-occ COMPLETED only with its job done.
+    assert "Tacker's hooks     http://127.0.0.1:" in text
+    for operation in ("INSTANTIATE", "SCALE", "HEAL", "TERMINATE"):
+        assert re.search(
+            rf"Tacker: {operation} COMPLETED .*\n\s+serve:\s+COMPLETED \(from hook\): job done",
+            text,
+        ), operation
+    assert "entry Tacker now holds (handed back inside the INSTANTIATE)" in text
+    assert not bed.hook_config.exists()  # the other tests run without the hook
     # The entry Tacker holds, token masked ...
     assert "vimType      ETSINFV.KUBERNETES.V_1" in text
     assert re.search(r"bearer_token eyJ\w{3}\.\.\.\(\d+ chars\)", text)
