@@ -329,6 +329,9 @@ class Service(Component):
             return CheckResult(kafka.ready, detail)
 
         def lag() -> None:
+            # Only the partitions assigned now: one revoked by a rebalance is another
+            # replica's to report, and a sum over replicas must not count it twice.
+            self.metrics.consumer_lag.clear()
             for (topic, partition), behind in kafka.lag().items():
                 self.metrics.consumer_lag.labels(topic, str(partition)).set(behind)
 

@@ -148,3 +148,33 @@ async def test_healthz_readyz_and_pluggable_checks(
     async with http.get(f"{base}/readyz") as resp:
         assert resp.status == 200
     assert metric(await scrape(http, svc), 'lccn_ready{check="kafka"}') == 1
+
+
+class _Partitions:
+    """What ``Service`` reads of its Kafka source for ``/metrics`` and ``/readyz``."""
+
+    def __init__(self) -> None:
+        self.assigned: dict[tuple[str, int], int] = {}
+        self.ready = True
+        self.failure: str | None = None
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        return dict(self.assigned)
+
+
+async def test_consumer_lag_shows_only_the_partitions_assigned_now(
+    start_service: ServiceFactory, http: aiohttp.ClientSession
+) -> None:
+    svc = await start_service()
+    source = _Partitions()
+    svc._observe_kafka(source)  # type: ignore[arg-type]
+    source.assigned = {("t", 0): 5, ("t", 1): 3}
+    text = await scrape(http, svc)
+    assert metric(text, 'lccn_consumer_lag{topic="t",partition="0"}') == 5
+    assert metric(text, 'lccn_consumer_lag{topic="t",partition="1"}') == 3
+    # A rebalance gave partition 0 to another replica: it reports it, not we (a sum over
+    # replicas counts each partition once).
+    source.assigned = {("t", 1): 2}
+    text = await scrape(http, svc)
+    assert 'partition="0"' not in text
+    assert metric(text, 'lccn_consumer_lag{topic="t",partition="1"}') == 2
