@@ -8,6 +8,7 @@
 * :mod:`testbed.kafka_broker`  a throwaway Kafka-protocol broker (``kafka`` tier, bench)
 * :mod:`testbed.k8s_standin`   stand-in ``kubeadm``/``kubectl`` for the ``ssh`` tier
 * :mod:`testbed.cluster_vnf`   an in-memory Tacker and OpenStack serving one cluster VNF
+* :mod:`testbed.prometheus`    a throwaway Prometheus and promtool (``prometheus`` tier)
 
 The bed's own processes (Tacker, the hosts, the broker, the stand-ins) are stdlib-only
 modules that also run from the command line, as a module from the repository root

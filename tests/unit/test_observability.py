@@ -32,6 +32,9 @@ async def test_metrics_move_as_events_flow(
     svc = await start_service(routing=registry, reorder_window=0.05)
     before = await scrape(http, svc)
     assert metric(before, "lccn_seconds_since_last_notification") == -1
+    # The callback's answers exist at 0 from the start: an alert's rate() sees the first.
+    assert 'lccn_http_responses_total{code="400",endpoint="callback"} 0.0' in before
+    assert 'lccn_http_responses_total{code="503",endpoint="callback"} 0.0' in before
     assert (
         metric(
             before,
