@@ -43,6 +43,7 @@ TIER_MARKERS = {
     "k8s": ("k8s",),
     "e2e": ("tacker", "ssh", "e2e"),
     "prometheus": ("prometheus",),
+    "container": ("container", "postgres"),
 }
 
 
