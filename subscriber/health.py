@@ -95,6 +95,11 @@ class Health:
             self._cached = (time.monotonic(), ready, by_name)
             return ready, by_name
 
+    async def passing(self) -> dict[str, bool]:
+        """Each check's name and whether it passes (``lccn_ready`` in ``/metrics``)."""
+        _, results = await self.readiness()
+        return {name: result.ok for name, result in results.items()}
+
     def install(self, app: web.Application, *, readiness: bool = True) -> None:
         """``GET /healthz`` on ``app``, and ``GET /readyz`` unless ``readiness`` is false."""
         app.router.add_route("GET", "/healthz", self._healthz)

@@ -9,15 +9,22 @@ Two kinds of values:
   duplicates, stale/echo skips, jobs by outcome, step durations, retries of
   jobs and of Tacker calls, callback authentication failures);
 * gauges read from the store when ``/metrics`` is scraped (queue depth, failed
-  events, seconds since the last notification), so they are true across
-  restarts and replicas. That read is one query, cached for ``store_ttl``.
+  and poison events, seconds since the last notification, lanes nobody holds
+  while their job runs, hooks waiting for their job), so they are true across
+  restarts and replicas. That read is one transaction, cached for ``store_ttl``.
 
 The job side's families (jobs, steps, retries, lanes, skips) live in a
 registry of their own, :attr:`Metrics.work_registry`: when ``serve`` runs its
 jobs in a worker process, the ingest process serves its own families and the
 worker's (asked for over the link at each scrape) on one ``/metrics``.
 
-Other components set what only they know: ``consumer_lag`` (Kafka ingest).
+Each process also serves families of its own, never asked for over the link
+(:attr:`Metrics.probe_registry`): its readiness checks (``lccn_ready``) and, in
+``serve``'s ingest process, whether its worker lives (``lccn_worker_up``,
+``lccn_worker_exits``).
+
+Other components set what only they know: ``consumer_lag`` (Kafka ingest),
+``http_responses`` (the callback listener's middleware).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from aiohttp import web
@@ -45,6 +52,7 @@ __all__ = [
     "CONTENT_TYPE_LATEST",
     "AuthCounters",
     "Metrics",
+    "Readiness",
     "RelayMetrics",
     "WorkMetrics",
     "install_metrics_route",
@@ -58,6 +66,16 @@ def _short_type(notification_type: str | None) -> str:
     if not notification_type:
         return "unknown"
     return notification_type.removesuffix("Notification")
+
+
+def _http_responses(registry: CollectorRegistry) -> Counter:
+    return Counter(
+        "lccn_http_responses",
+        "HTTP answers of the callback listener, by endpoint (callback, hooks, probes, other) "
+        "and status code",
+        ["endpoint", "code"],
+        registry=registry,
+    )
 
 
 class AuthCounters(Protocol):
@@ -99,6 +117,7 @@ class RelayMetrics:
             ["endpoint"],
             registry=r,
         )
+        self.http_responses = _http_responses(r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -192,11 +211,42 @@ class Metrics:
         self.failed_events = Gauge(
             "lccn_failed_events", "Events whose job failed for good (replayable)", registry=r
         )
+        self.poison_events = Gauge(
+            "lccn_poison_events",
+            "Kafka records kept as poison: not notifications, never run",
+            registry=r,
+        )
         self.seconds_since_last_notification = Gauge(
             "lccn_seconds_since_last_notification",
             "Seconds since the newest stored notification was received (-1: none yet)",
             registry=r,
         )
+        self.lanes_past_lease = Gauge(
+            "lccn_lanes_past_lease",
+            "Lanes with a running event whose lease nobody holds: the holder died or stalls "
+            "and no worker took the lane over",
+            registry=r,
+        )
+        self.hooks_waiting = Gauge(
+            "lccn_hooks_waiting",
+            "Management-driver hook requests whose job has not ended (Tacker's operation waits)",
+            registry=r,
+        )
+        self.hook_wait_seconds_max = Gauge(
+            "lccn_hook_wait_seconds_max",
+            "Seconds the longest-waiting hook request has waited for its job (0: none waits)",
+            registry=r,
+        )
+        self.http_responses = _http_responses(r)
+        # This process's own: never asked for over the worker link.
+        self.probe_registry = p = CollectorRegistry(auto_describe=True)
+        self.ready = Gauge(
+            "lccn_ready",
+            "Readiness checks of this process (1: passing, 0: failing), as /readyz reports them",
+            ["check"],
+            registry=p,
+        )
+        self.worker_exits: Counter | None = None
         self._scrape_hooks: list[Callable[[], None]] = []
         self._store_ttl = store_ttl
         self._store_read_at = 0.0
@@ -227,6 +277,25 @@ class Metrics:
     def skipped(self, reason: str) -> None:
         self.events_skipped.labels(reason).inc()
 
+    def watch_worker(self, up: Callable[[], bool]) -> None:
+        """Show whether ``serve``'s worker process lives: ``lccn_worker_up`` (``up()`` at each
+        scrape) and ``lccn_worker_exits`` (moved by :meth:`worker_exited`)."""
+        Gauge(
+            "lccn_worker_up",
+            "Whether the worker process that runs the jobs lives and beats (1) or not (0)",
+            registry=self.probe_registry,
+        ).set_function(lambda: 1.0 if up() else 0.0)
+        self.worker_exits = Counter(
+            "lccn_worker_exits",
+            "Worker processes that exited while serve ran (each is restarted with backoff)",
+            registry=self.probe_registry,
+        )
+
+    def worker_exited(self, code: int) -> None:
+        """The worker process exited on its own (``code``: its exit code, or -signal)."""
+        if self.worker_exits is not None:
+            self.worker_exits.inc()
+
     def tacker_retried(self, status: int) -> None:
         """The Tacker client's ``on_retry``: one call is tried again after ``status``."""
         self.tacker_retries.labels(str(status)).inc()
@@ -255,21 +324,37 @@ class Metrics:
                 self.queue_depth.labels(status).set(stats.by_status.get(status, 0))
             self.lane_queue_depth_max.set(stats.longest_lane)
             self.failed_events.set(stats.by_status.get(EventStatus.FAILED, 0))
+            self.poison_events.set(stats.by_status.get(EventStatus.POISON, 0))
+            now = time.time()
             newest = stats.newest_received_at
             self.seconds_since_last_notification.set(
-                -1 if newest is None else max(0.0, time.time() - newest)
+                -1 if newest is None else max(0.0, now - newest)
             )
+            self.lanes_past_lease.set(stats.lanes_past_lease)
+            self.hooks_waiting.set(stats.hooks_waiting)
+            since = stats.oldest_hook_since
+            self.hook_wait_seconds_max.set(0.0 if since is None else max(0.0, now - since))
             self._store_read_at = time.monotonic()
 
-    def render(self, *, ingest: bool = True, work: bool = True) -> bytes:
-        """The Prometheus text exposition: the ingest side's families, the job side's, or both."""
+    def set_readiness(self, checks: Mapping[str, bool]) -> None:
+        """``lccn_ready``: each readiness check's result."""
+        for name, ok in checks.items():
+            self.ready.labels(name).set(1 if ok else 0)
+
+    def render(self, *, ingest: bool = True, work: bool = True, own: bool = True) -> bytes:
+        """The Prometheus text exposition: the ingest side's families, the job side's, this
+        process's own (readiness, its worker), or any of them."""
         data = generate_latest(self.registry) if ingest else b""
         if work:
             data += generate_latest(self.work_registry)
+        if own:
+            data += generate_latest(self.probe_registry)
         return data
 
 
 WorkMetrics = Callable[[], Awaitable[bytes]]
+#: Every readiness check's name and whether it passes (``Health.readiness``, shaped).
+Readiness = Callable[[], Awaitable[Mapping[str, bool]]]
 
 
 def install_metrics_route(
@@ -279,6 +364,7 @@ def install_metrics_route(
     *,
     work: WorkMetrics | None = None,
     ingest: bool = True,
+    readiness: Readiness | None = None,
 ) -> None:
     """``GET /metrics`` on ``app``: the store-backed gauges refreshed, then the exposition.
 
@@ -286,10 +372,13 @@ def install_metrics_route(
         work: where the job side's families come from when jobs run in another
             process (the worker's exposition); ``None``: from ``metrics`` itself.
         ingest: serve the ingest side's families (and the store-backed gauges).
+        readiness: the process's readiness checks, shown as ``lccn_ready`` at each scrape.
     """
 
     async def handler(request: web.Request) -> web.Response:
         metrics.run_scrape_hooks()
+        if readiness is not None:
+            metrics.set_readiness(await readiness())
         try:
             if ingest:
                 await metrics.refresh_from_store(store)

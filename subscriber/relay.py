@@ -228,7 +228,7 @@ class Relay(Component):
         )
         self.health = Health(None)
         self.health.register("kafka", self.sink.readiness)
-        self.app = make_app(settings.http, self.sink)
+        self.app = make_app(settings.http, self.sink, responses=self.metrics.http_responses)
         separate = settings.http.probes_listener() is not None
         self.health.install(self.app, readiness=not separate)
         if not separate:

@@ -192,9 +192,13 @@ class Service(Component):
         self.wake_listener: PgWakeListener | None = None
         if role == "ingest" and worker_argv is not None:
             self.worker = WorkerProcess(
-                worker_argv, settings.dispatch.graceful_timeout, forked=worker_fork
+                worker_argv,
+                settings.dispatch.graceful_timeout,
+                forked=worker_fork,
+                on_exit=self.metrics.worker_exited,
             )
             self.store.events.add_listener(self.worker.on_appended)
+            self.metrics.watch_worker(lambda: self.worker is not None and self.worker.alive)
         elif role == "ingest" and not self.store.db.is_sqlite:
             self.wake_sender = PgWakeSender(self.store.db.url)
             self.store.events.add_listener(self.wake_sender.on_appended)
@@ -203,7 +207,7 @@ class Service(Component):
                 link_fd,
                 poke=self.dispatcher.poke,
                 status=self._dispatch_status,
-                metrics=lambda: self.metrics.render(ingest=False),
+                metrics=lambda: self.metrics.render(ingest=False, own=False),
                 parent_gone=self.orphaned.set,
             )
         elif role == "worker" and not self.store.db.is_sqlite:
@@ -225,18 +229,27 @@ class Service(Component):
             if separate:
                 self.probes = self._probes_listener(work=None, ingest=False)
             else:
-                install_metrics_route(self.app, self.metrics, self.store, ingest=False)
+                install_metrics_route(
+                    self.app, self.metrics, self.store, ingest=False, readiness=self.health.passing
+                )
             self.ingress = CallbackIngress(settings.http, self.app)
             return
         hook_path = settings.hooks.path if hook_token else None
-        self.app = make_app(settings.http, self.store.events, hook_path=hook_path)
+        self.app = make_app(
+            settings.http,
+            self.store.events,
+            hook_path=hook_path,
+            responses=self.metrics.http_responses,
+        )
         # Components add readiness checks here (Kafka assigned, subscription present ...).
         self.health.install(self.app)
         work = None
         if not self.works:
             # Jobs run elsewhere: their families come from our worker (or its own port).
             work = self.worker.metrics_text if self.worker is not None else _no_work_metrics
-        install_metrics_route(self.app, self.metrics, self.store, work=work)
+        install_metrics_route(
+            self.app, self.metrics, self.store, work=work, readiness=self.health.passing
+        )
         if separate:
             self.probes = self._probes_listener(work=work, ingest=True)
         if self.worker is not None:
@@ -283,7 +296,9 @@ class Service(Component):
         """The private listener of ``/healthz``, ``/readyz`` and ``/metrics``."""
         app = web.Application(middlewares=[problem_middleware])
         self.health.install(app)
-        install_metrics_route(app, self.metrics, self.store, work=work, ingest=ingest)
+        install_metrics_route(
+            app, self.metrics, self.store, work=work, ingest=ingest, readiness=self.health.passing
+        )
         return CallbackIngress(self.settings.http, app, probes=True)
 
     @property
@@ -314,6 +329,9 @@ class Service(Component):
             return CheckResult(kafka.ready, detail)
 
         def lag() -> None:
+            # Only the partitions assigned now: one revoked by a rebalance is another
+            # replica's to report, and a sum over replicas must not count it twice.
+            self.metrics.consumer_lag.clear()
             for (topic, partition), behind in kafka.lag().items():
                 self.metrics.consumer_lag.labels(topic, str(partition)).set(behind)
 

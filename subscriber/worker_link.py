@@ -225,6 +225,8 @@ class WorkerProcess(Component):
             ``--parent-pid`` are added): a restart, or the first one without ``forked``.
         graceful_timeout: how long the worker's running steps may take to finish on stop.
         forked: the worker :func:`fork_worker` made, waiting to be told to start.
+        on_exit: called with the exit code (negative: the signal) when the worker exits on
+            its own, while the service runs (``lccn_worker_exits``).
     """
 
     def __init__(
@@ -233,11 +235,13 @@ class WorkerProcess(Component):
         graceful_timeout: float,
         *,
         forked: ForkedWorker | None = None,
+        on_exit: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
         self._argv = list(argv)
         self._grace = graceful_timeout
         self._forked = forked
+        self._on_exit = on_exit
         self._proc: _Child | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._beat: dict[str, Any] | None = None
@@ -249,6 +253,14 @@ class WorkerProcess(Component):
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        """The worker process runs and beat within the last few seconds (``lccn_worker_up``)."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None or self._beat is None:
+            return False
+        return time.monotonic() - self._beat_at <= _BEAT_STALE
 
     async def _start(self) -> None:
         self._spawn("worker", self._supervise, restart=True)
@@ -312,6 +324,8 @@ class WorkerProcess(Component):
                     future.set_result(b"")
             self._asked.clear()
         if self.state in (State.STARTING, State.RUNNING):
+            if self._on_exit is not None:
+                self._on_exit(code)
             raise WorkerDied(f"the worker process {proc.pid} exited with {code}")
         log.info("worker stopped", extra={"pid": proc.pid, "exit": code})
 

@@ -56,6 +56,8 @@ TIER_MARKERS = {
     "kafka": ("kafka",),
     "k8s": ("k8s",),
     "e2e": ("tacker", "ssh", "e2e"),
+    "prometheus": ("prometheus",),
+    "container": ("container", "postgres"),
 }
 
 

@@ -21,9 +21,11 @@ import logging
 import os
 import re
 import ssl
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
+from prometheus_client import Counter
 
 from schemas import NotificationParseError, parse_notification
 from schemas.openapi import OPENAPI_PATH, openapi_document
@@ -33,7 +35,7 @@ from subscriber.ingest.problems import problem_middleware, problem_response
 from subscriber.lifecycle import Component
 from subscriber.store import NewEvent
 
-__all__ = ["CallbackIngress", "EventSink", "make_app"]
+__all__ = ["CallbackIngress", "EventSink", "count_responses", "make_app"]
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +113,59 @@ async def _notification(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+_PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+_CALLBACK_CODES = (204, 400, 401, 413, 415, 500, 503)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def count_responses(
+    counter: Counter, callback_path: str, hook_path: str | None = None
+) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """A middleware that counts every answer in ``counter`` (``lccn_http_responses``) by
+    endpoint and status code. Outermost, so it sees what the other middlewares answer
+    (authentication's 401, ProblemDetails' 404 and 500). The endpoint is one of a few
+    names, never the path a client chose: ``callback``, ``hooks``, ``probes``, ``other``."""
+
+    # The answers alerts rate from their first occurrence: a series born at 1 shows
+    # no increase to rate() (Prometheus never saw it at 0).
+    for code in _CALLBACK_CODES:
+        counter.labels("callback", str(code))
+
+    def endpoint(path: str) -> str:
+        if path == callback_path:
+            return "callback"
+        if hook_path is not None and (path == hook_path or path.startswith(hook_path + "/")):
+            return "hooks"
+        return "probes" if path in _PROBES else "other"
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:  # a redirect or a bare one past ProblemDetails
+            counter.labels(endpoint(request.path), str(exc.status)).inc()
+            raise
+        counter.labels(endpoint(request.path), str(response.status)).inc()
+        return response
+
+    return middleware
+
+
 def make_app(
-    settings: HttpSettings, sink: EventSink, *, hook_path: str | None = None
+    settings: HttpSettings,
+    sink: EventSink,
+    *,
+    hook_path: str | None = None,
+    responses: Counter | None = None,
 ) -> web.Application:
     """The aiohttp application with the callback route (other routes may be added);
     ``sink``: where notifications go; ``hook_path``: the drain hook's, when it is on (for
-    the OpenAPI document)."""
+    the OpenAPI document); ``responses``: counts every answer (``lccn_http_responses``)."""
+    middlewares: list[Any] = [problem_middleware]
+    if responses is not None:
+        middlewares.insert(0, count_responses(responses, settings.path, hook_path))
     # The body cap is enforced by _read_capped; aiohttp's own cap must not cut in first.
-    app = web.Application(
-        middlewares=[problem_middleware], client_max_size=settings.max_body_bytes + 1
-    )
+    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes + 1)
     app[EVENT_SINK_KEY] = sink
     app[SETTINGS_KEY] = settings
     app.router.add_route("GET", settings.path, _test_notification)

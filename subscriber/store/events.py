@@ -32,7 +32,7 @@ from subscriber.store.records import (
     op_occ_key,
     state_rank,
 )
-from subscriber.store.tables import EventStatus, events
+from subscriber.store.tables import EventStatus, events, kv, leases
 from subscriber.store.writer import INGEST, WriteQueue
 
 __all__ = ["AppendObservation", "AppendedEvent", "EventStore", "LaneSnapshot", "QueueStats"]
@@ -75,11 +75,19 @@ class LaneSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """What the store-backed gauges show: events by status, the longest lane, the newest."""
+    """What the store-backed gauges show: events by status, the longest lane, the newest,
+    the lanes nobody holds while their job runs, the hooks waiting for their job."""
 
     by_status: dict[str, int]
     longest_lane: int  # open events of the lane with the most
     newest_received_at: float | None  # None: no event stored yet
+    # Lanes with a running event and no live lease: its holder died or stalls, and
+    # nobody took the lane over (yet).
+    lanes_past_lease: int = 0
+    # Management-driver hook requests whose transition's event is still open, and when
+    # the one waiting longest was made (None: none waits).
+    hooks_waiting: int = 0
+    oldest_hook_since: float | None = None
 
 
 def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
@@ -577,7 +585,8 @@ class EventStore(Component):
         return [r[0] for r in rows if r[0] is not None]
 
     async def queue_stats(self) -> QueueStats:
-        """Events by status, the longest lane's open events and the newest receipt, in one read."""
+        """Events by status, the longest lane's open events, the newest receipt, the lanes past
+        their lease and the hooks waiting, in one read."""
         by_status_q = sa.select(events.c.status, sa.func.count()).group_by(events.c.status)
         longest_q = (
             sa.select(sa.func.count())
@@ -587,13 +596,39 @@ class EventStore(Component):
             .limit(1)
         )
         newest_q = sa.select(sa.func.max(events.c.received_at))
+        now = time.time()
+        # A live holder renews its lease well before it expires; a released one is
+        # expired (0). Either way a running event's lane without one is held by nobody.
+        past_lease_q = (
+            sa.select(sa.func.count(sa.distinct(events.c.vnf_instance_id)))
+            .select_from(events.outerjoin(leases, leases.c.lane == events.c.vnf_instance_id))
+            .where(
+                events.c.status == EventStatus.RUNNING,
+                sa.or_(leases.c.lane.is_(None), leases.c.expires_at < now),
+            )
+        )
+        # A hook request is kept under hook:<op-occ>:<state> (schemas.hooks.hook_key), its
+        # time the request's (Tacker's retry of the operation asks again, and waits anew).
+        hook_key = sa.literal("hook:") + events.c.vnf_lcm_op_occ_id + ":" + events.c.operation_state
+        hooks_q = (
+            sa.select(sa.func.count(sa.distinct(kv.c.key)), sa.func.min(kv.c.updated_at))
+            .select_from(events.join(kv, kv.c.key == hook_key))
+            .where(events.c.status.in_(EventStatus.OPEN))
+        )
 
         def read(conn: Connection) -> QueueStats:
             by_status = {r[0]: int(r[1]) for r in conn.execute(by_status_q).all()}
             longest = conn.execute(longest_q).scalar()
             newest = conn.execute(newest_q).scalar()
+            past_lease = conn.execute(past_lease_q).scalar()
+            waiting, since = conn.execute(hooks_q).one()
             return QueueStats(
-                by_status, int(longest or 0), None if newest is None else float(newest)
+                by_status,
+                int(longest or 0),
+                None if newest is None else float(newest),
+                lanes_past_lease=int(past_lease or 0),
+                hooks_waiting=int(waiting or 0),
+                oldest_hook_since=None if since is None else float(since),
             )
 
         return await self._db.read(read)

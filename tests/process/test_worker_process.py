@@ -18,6 +18,7 @@ import asyncpg
 import pytest
 
 from tests.backends import pg_dsn
+from tests.conftest import metric
 from tests.factories import op_occ
 from tests.programs import ServeProcess, alive, children, gone, worker_pid
 
@@ -44,6 +45,12 @@ async def _post(http: aiohttp.ClientSession, url: str) -> str:
     async with http.post(url, json=body) as resp:
         assert resp.status == 204
     return str(body["vnfLcmOpOccId"])
+
+
+async def _metrics(http: aiohttp.ClientSession, serve: ServeProcess) -> str:
+    async with http.get(f"{serve.base}/metrics") as resp:
+        assert resp.status == 200
+        return await resp.text()
 
 
 async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
@@ -74,6 +81,7 @@ async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
     assert 'lccn_events_received_total{source="http",state="STARTING"' in metrics
     assert 'lccn_jobs_total{mode="live",outcome="done"} 3.0' in metrics
     assert metrics.count("# TYPE lccn_jobs_total counter") == 1
+    assert metrics.count("# TYPE lccn_ready gauge") == 1  # the ingest process's own
     log = serve.log.read_text()
     assert "worker started" in log and 'role="worker"' in log
 
@@ -83,11 +91,25 @@ async def test_a_worker_that_dies_is_restarted_and_readyz_says_so_meanwhile(
 ) -> None:
     await serve.ready()
     first = await worker_pid(serve.proc.pid)
-    os.kill(first, signal.SIGKILL)
+    async with aiohttp.ClientSession() as http:
+        text = await _metrics(http, serve)
+        assert metric(text, "lccn_worker_up") == 1
+        assert metric(text, "lccn_worker_exits_total") == 0
+        assert metric(text, 'lccn_ready{check="worker"}') == 1
+        os.kill(first, signal.SIGKILL)
+        # The gauges say so while it is down (lccn_worker_up, lccn_ready: the alerts').
+        async with asyncio.timeout(10):
+            while metric(text := await _metrics(http, serve), "lccn_worker_up") != 0:
+                await asyncio.sleep(0.02)
+        assert metric(text, "lccn_worker_exits_total") == 1
     body = await serve.wait_readiness(False, timeout=10)
     assert body["checks"]["worker"]["ok"] is False  # type: ignore[index]
     await serve.ready()
     async with aiohttp.ClientSession() as http:
+        text = await _metrics(http, serve)
+        assert metric(text, "lccn_worker_up") == 1
+        assert metric(text, "lccn_worker_exits_total") == 1
+        assert metric(text, 'lccn_ready{check="worker"}') == 1
         second = await worker_pid(serve.proc.pid)
         assert second != first and serve.proc.poll() is None
         occ = await _post(http, f"{serve.base}/lccn/notifications")

@@ -6,13 +6,15 @@ these tests pin what each returns on both backends.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import pytest
 
 from schemas import parse_notification
-from subscriber.store import EventStatus, FailedFilter, NewEvent, Store
+from schemas.hooks import hook_key
+from subscriber.store import EventStatus, FailedFilter, Fence, NewEvent, Store
 from subscriber.store.jobs import StepOutcome
 from tests.factories import op_occ, uid
 
@@ -105,6 +107,41 @@ async def test_queue_stats_count_statuses_the_longest_lane_and_the_newest(store:
     assert stats.longest_lane == 3
     newest = max(e.received_at for e in await store.events.list())
     assert stats.newest_received_at == pytest.approx(newest)
+
+
+async def test_queue_stats_find_lanes_nobody_holds_and_hooks_that_wait(store: Store) -> None:
+    """``lccn_lanes_past_lease`` and ``lccn_hooks_waiting`` / ``lccn_hook_wait_seconds_max``."""
+    assert (await store.events.queue_stats()).lanes_past_lease == 0
+    held, expired, released, never = uid(), uid(), uid(), uid()
+    for lane in (held, expired, released, never):
+        event = await _append(store, instance=lane)
+        await store.events.set_status(event, EventStatus.RUNNING)
+    await _append(store, instance=uid())  # pending: waits for its lane, no lease needed
+    assert await store.leases.acquire(held, "w1", 30.0) is not None
+    assert await store.leases.acquire(expired, "w2", 0.01) is not None
+    token = await store.leases.acquire(released, "w3", 30.0)
+    assert token is not None
+    await store.leases.release(Fence(released, "w3", token))
+    await asyncio.sleep(0.05)  # expired's lease runs out
+    stats = await store.events.queue_stats()
+    assert stats.lanes_past_lease == 3  # expired, released, never leased; not held
+    assert (stats.hooks_waiting, stats.oldest_hook_since) == (0, None)
+
+    # A hook request (kept under hook:<op-occ>:<state>) waits while its event is open.
+    occ, other = uid(), uid()
+    before = time.time()
+    await store.tacker.set_value(hook_key(occ, "COMPLETED"), "{}")
+    await store.tacker.set_value(hook_key(other, "PROCESSING"), "{}")
+    waiting = await _append(store, op_occ_id=occ, state="COMPLETED")
+    answered = await _append(store, op_occ_id=other, operation="SCALE", state="PROCESSING")
+    await store.events.set_status(answered, EventStatus.DONE)
+    await _append(store, op_occ_id=uid(), state="COMPLETED")  # no hook asked for it
+    stats = await store.events.queue_stats()
+    assert stats.hooks_waiting == 1
+    assert stats.oldest_hook_since is not None and before <= stats.oldest_hook_since <= time.time()
+    await store.events.set_status(waiting, EventStatus.FAILED)
+    stats = await store.events.queue_stats()
+    assert (stats.hooks_waiting, stats.oldest_hook_since) == (0, None)
 
 
 async def test_replay_history_gives_the_last_job_and_what_the_instance_ran_since(

@@ -8,6 +8,7 @@
 * :mod:`tests.testbed.kafka_broker`  a throwaway Kafka-protocol broker (``kafka`` tier, bench)
 * :mod:`tests.testbed.k8s_standin`   stand-in ``kubeadm``/``kubectl`` for the ``ssh`` tier
 * :mod:`tests.testbed.cluster_vnf`   an in-memory Tacker and OpenStack serving one cluster VNF
+* :mod:`tests.testbed.prometheus`    a throwaway Prometheus and promtool (``prometheus`` tier)
 
 The bed's own processes (Tacker, the hosts, the broker, the stand-ins) are stdlib-only
 modules that also run from the command line, as a module from the repository root
