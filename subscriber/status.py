@@ -7,6 +7,8 @@ After the job of such a COMPLETED ends, done or failed, the reporter PATCHes::
 
     metadata: {lccn: {state: done|failed, operation, opOccId, reason, at, eventId}}
 
+(v1 keeps ``metadata`` as strings: there the entry is that map as one line of JSON.)
+
 A job a hook ran needs none: Tacker's op-occ itself says how it went. The PATCH is a
 MODIFY_INFO op-occ of ours (recorded as our echo before it leaves, like the write-back);
 one that meets another operation (409) is tried again for ``status_report_timeout``.

@@ -422,12 +422,16 @@ class TackerClient(Component):
 
         ``metadata``: both APIs' PATCH take it, and Tacker 16 reads only its own
         ``VDU_VNFc_mapping`` key of it (v2 ``check_metadata_format``); ``extensions`` is
-        not in v1's PATCH. Does not wait for the op-occ.
+        not in v1's PATCH. v1 keeps ``metadata`` as a map of strings
+        (``VnfInstance.vnf_metadata``, a ``DictOfStringsField``): a map value fails its
+        MODIFY_INFO in the conductor, and the instance with it (its TERMINATE then never
+        ends), so v1 gets the entry as one line of JSON text. Does not wait for the op-occ.
 
         Raises:
             as :meth:`patch_vnf_instance`.
         """
-        return await self._patch_own(vnf_instance_id, {"metadata": {"lccn": status}}, api=api)
+        value: Any = status if api == "v2" else json.dumps(status, separators=(",", ":"))
+        return await self._patch_own(vnf_instance_id, {"metadata": {"lccn": value}}, api=api)
 
     async def _patch_own(
         self, vnf_instance_id: str, body: dict[str, Any], *, api: ApiVersion

@@ -20,6 +20,7 @@ stand-in hosts have; its lifecycle is proven against the in-memory Tacker
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,32 @@ def our_entry(shown: dict[str, Any]) -> dict[str, Any]:
     return dict(vci[-1])
 
 
+def lccn_status(loop: V1Loop, operation: str) -> dict[str, Any]:
+    """The instance's ``metadata.lccn`` once it tells of our job for ``operation``."""
+
+    def reported() -> dict[str, Any] | None:
+        text = (loop.v1.show(loop.inst).get("metadata") or {}).get("lccn")
+        entry = json.loads(text) if text else None
+        return entry if entry and entry["operation"] == operation else None
+
+    return wait_for(reported, timeout=30, interval=0.3, what=f"lccn status of {operation}")  # type: ignore[no-any-return]
+
+
+def our_echoes(loop: V1Loop, count: int | None = None) -> bool:
+    """Every MODIFY_INFO of the instance (``count`` of them) is ours: its PROCESSING and
+    COMPLETED are stored as our echo."""
+    occs = modify_occs(loop.serve, loop.inst)
+    rows = loop.serve.rows(
+        "SELECT status FROM events WHERE vnf_instance_id = ? AND operation = 'MODIFY_INFO'",
+        loop.inst,
+    )
+    return (
+        (count is None or len(occs) == count)
+        and {r[0] for r in rows} == {"echo"}
+        and (len(rows) == 2 * len(occs))
+    )
+
+
 def modify_occs(serve: ServeProcess, inst: str) -> list[str]:
     return [
         str(r[0])
@@ -125,24 +152,10 @@ def test_v1_simple_cluster_through_scale_heal_and_terminate(
     assert entry["interfaceInfo"] == {}
     token = hosts.state()["objects"]["Secret/default/default-token-k8svim"]["data"]["token"]
     assert token not in str(instance) and "BEGIN CERTIFICATE" not in str(instance)
-    # Our PATCH made a MODIFY_INFO: its v1 notifications are stored as our echo.
-    [modify] = modify_occs(loop.serve, loop.inst)
-    wait_for(
-        lambda: (
-            {
-                r[0]
-                for r in loop.serve.rows(
-                    "SELECT status FROM events WHERE vnf_lcm_op_occ_id = ?", modify
-                )
-            }
-            == {"echo"}
-            and len(loop.serve.rows("SELECT id FROM events WHERE vnf_lcm_op_occ_id = ?", modify))
-            == 2
-        ),
-        timeout=30,
-        interval=0.2,
-        what="the MODIFY_INFO's PROCESSING and COMPLETED stored as echo",
-    )
+    # Our PATCHes, the write-back and then the lccn status entry (JSON text: v1 keeps
+    # metadata as strings), made two MODIFY_INFOs whose v1 notifications are our echo.
+    assert lccn_status(loop, "INSTANTIATE")["state"] == "done"
+    wait_for(lambda: our_echoes(loop, 2), timeout=30, interval=0.2, what="two MODIFY_INFOs")
 
     # SCALE_OUT by aspect: a ScalingPolicy signal adds a worker; it joins.
     out = loop.scale("SCALE_OUT")
@@ -197,7 +210,8 @@ def test_v1_simple_cluster_through_scale_heal_and_terminate(
     after = loop.v1.show(loop.inst)
     assert after["instantiationState"] == "NOT_INSTANTIATED"
     assert "vimConnectionInfo" not in after or after["vimConnectionInfo"] == []
-    assert modify_occs(loop.serve, loop.inst) == [modify]  # only INSTANTIATE's write-back
+    assert lccn_status(loop, "TERMINATE")["state"] == "done"
+    wait_for(lambda: our_echoes(loop), timeout=30, interval=0.2, what="our MODIFY_INFOs")
 
 
 def test_v1_complex_cluster_heals_a_master(v1_vnfd: str, hosts: Any, loop: V1Loop) -> None:

@@ -5,6 +5,7 @@ to a scripted Tacker on loopback (the real Tacker shows it in ``tests/e2e``)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from subscriber.runner import JobOutcome
 from subscriber.status import StatusReporter
 from subscriber.store import EventRow, NewEvent, Store
 from subscriber.tacker import TackerClient
-from tests.factories import op_occ, uid
+from tests.factories import op_occ, uid, v1_op_occ
 from tests.unit.scripted_tacker import ScriptedTacker
 
 pytestmark = pytest.mark.asyncio
@@ -97,3 +98,22 @@ async def test_what_is_not_reported(fake: ScriptedTacker, store: Store) -> None:
             reporter.job_settled(await event(store), LogHandler(), JobOutcome.DONE)
             assert reporter.pending == 0  # decided at once: nothing was queued
     assert [s for s in fake.seen if s[0] == "PATCH"] == []
+
+
+async def test_v1_gets_the_entry_as_json_text(fake: ScriptedTacker, store: Store) -> None:
+    """v1 keeps ``metadata`` values as strings (a map fails the real Tacker's MODIFY_INFO)."""
+    body = v1_op_occ(operation="SCALE", state="COMPLETED", base=fake.url)
+    new = NewEvent(source="http", notification=parse_notification_data(body), body=body)
+    row = await store.events.get((await store.events.append(new)).event_id)
+    assert row is not None and row.vnf_instance_id
+    loc = {"Location": f"{fake.url}/vnflcm/v1/vnf_lcm_op_occs/{uid()}"}
+    fake.on("PATCH", f"/vnflcm/v1/vnf_instances/{row.vnf_instance_id}", (202, None, loc))
+    async with TackerClient(settings(fake.url), echo=store.tacker) as client:
+        reporter = StatusReporter(client, settings(fake.url), reports=lambda h: True)
+        async with reporter:
+            reporter.job_settled(row, InstantiateCluster(), JobOutcome.DONE)
+            [patch] = await sent(fake, 1)
+    assert patch[1] == f"/vnflcm/v1/vnf_instances/{row.vnf_instance_id}"
+    text = patch[3]["metadata"]["lccn"]
+    assert isinstance(text, str) and "\n" not in text
+    assert json.loads(text)["state"] == "done" and json.loads(text)["operation"] == "SCALE"
