@@ -40,6 +40,7 @@ from subscriber.kernel.ports import ClusterNode
 __all__ = [
     "CA_HASH",
     "KEY_VAR",
+    "SANS_VAR",
     "TOKEN_VAR",
     "FromEnv",
     "JoinData",
@@ -97,14 +98,23 @@ def install_command(*args: str | FromEnv) -> str:
     return f"bash -c {shlex.quote(body)} {REMOTE_SCRIPT}"
 
 
+SANS_VAR = "K8S_APISERVER_CERT_EXTRA_SANS"
+
+
 def script_env(shell: NodeShell, topo: Topology, node: ClusterNode) -> dict[str, str]:
     """The environment of the install script on ``node``: ``cluster.script_env``, the
-    node name, ``ha_flag`` and the cluster's proxy (kubeadm's environment; secret:
-    pass :func:`~handlers.toolkit.proxy.proxy_secrets` with it)."""
+    node name, ``ha_flag``, the cluster's proxy (kubeadm's environment; secret:
+    pass :func:`~handlers.toolkit.proxy.proxy_secrets` with it) and, with
+    ``cluster_fip_name``, the floating IP as an extra SAN of the API server's
+    certificate (``K8S_APISERVER_CERT_EXTRA_SANS``: the endpoint written back is that
+    address, so a client checking the CA must find it in the certificate)."""
     env = dict(shell.settings.script_env)
     env.update(environment(shell.params, topo))
     env["K8S_NODE_NAME"] = node.name
     env["ha_flag"] = "True" if topo.ha else "False"
+    if topo.cluster_fip:
+        sans = [s for s in env.get(SANS_VAR, "").split(",") if s]
+        env[SANS_VAR] = ",".join(dict.fromkeys([*sans, topo.cluster_fip]))
     return env
 
 
