@@ -36,7 +36,6 @@ from tests.cluster_fakes import (
     confirmed,
     k8s_params,
     run_step,
-    vnf_package,
 )
 from tests.unit.test_cluster_handlers import ctx_for
 
@@ -121,14 +120,13 @@ async def test_a_broken_package_fails_rather_than_falling_back() -> None:
     assert not uploaded(ssh)
 
 
-def test_the_sample_package_carries_our_script_byte_for_byte() -> None:
-    """Our script is the sample package's ``script_path`` file; the wheel keeps the same one
-    as the fallback."""
-    sample = REPO / "scripts/vnf_package/kubernetes_cluster" / SCRIPT_PATH
-    assert sample.read_bytes() == OURS
-    meta = (REPO / "scripts/vnf_package/kubernetes_cluster/TOSCA-Metadata/TOSCA.meta").read_text()
-    assert f"Name: {SCRIPT_PATH}\n" in meta
-    assert vnf_package({SCRIPT_PATH: OURS})  # the package builder takes it as it is
+@pytest.mark.parametrize("package", ["kubernetes_cluster", "kubernetes_cluster_v1"])
+def test_the_sample_packages_carry_our_script_byte_for_byte(package: str) -> None:
+    """Our script is the sample packages' ``script_path`` file (the v1 one links to it); the
+    wheel keeps the same one as the fallback."""
+    root = REPO / "scripts/vnf_package" / package
+    assert (root / SCRIPT_PATH).read_bytes() == OURS
+    assert f"Name: {SCRIPT_PATH}\n" in (root / "TOSCA-Metadata/TOSCA.meta").read_text()
 
 
 # ----------------------------------------------------------------- the argv
