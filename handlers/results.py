@@ -22,6 +22,7 @@ __all__ = [
     "Confirmed",
     "Discovered",
     "DrainServers",
+    "InstallScript",
     "Leaving",
     "Membership",
     "VimRegistration",
@@ -48,6 +49,28 @@ class Confirmed(StepResult, step="confirm"):
     vnfd_id: str | None = None
     instantiation_state: str | None = None
     hook: str | None = None  # the management-driver hook point that asked for the job
+
+
+class InstallScript(StepResult, step="upload-scripts"):
+    """Which ``install_k8s_cluster.sh`` ``upload-scripts`` put on the nodes.
+
+    ``source`` is ``package`` (the VNF package's ``script_path`` file, as Tacker's
+    drivers run it) or ``fallback`` (lccn-subscriber's own, from ``cluster.scripts_dir``
+    or the wheel; ``reason`` says why the package's was not used).
+    """
+
+    nodes: tuple[str, ...] = ()
+    source: str = "fallback"
+    path: str | None = None
+    sha256: str | None = None
+    reason: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The script as an error names it."""
+        if self.source == "package":
+            return f"the VNF package's install script (script_path {self.path!r})"
+        return "lccn-subscriber's own install_k8s_cluster.sh"
 
 
 class Membership(StepResult):

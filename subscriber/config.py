@@ -334,9 +334,11 @@ class SshSettings(_Section):
 class ClusterSettings(_Section):
     """How the cluster handlers drive the nodes.
 
-    ``script_env`` is exported for ``install_k8s_cluster.sh`` on every node
-    (``K8S_VERSION``, ``K8S_CNI``, ``K8S_SKIP_PHASES`` ...); ``kubectl`` and
-    ``kubeadm`` name the tools on the masters (absolute paths where PATH differs).
+    The install script is the VNF package's ``script_path`` file (ours as the
+    fallback); ``script_env`` is exported for it on every node, an operator's override
+    (``K8S_VERSION``, ``K8S_CNI``, ``K8S_SKIP_PHASES`` ... for ours): the version and
+    the CNI are the package's script's business. ``kubectl`` and ``kubeadm`` name the
+    tools on the masters (absolute paths where PATH differs).
     """
 
     handlers: Literal["auto", "on", "off"] = "auto"
@@ -344,12 +346,15 @@ class ClusterSettings(_Section):
     when both ``tacker`` and ``openstack`` are configured, else every operation goes to the
     ``log`` handler; ``on``: always (start-up fails while either is missing); ``off``: never."""
     scripts_dir: Path | None = None
-    """Directory holding ``install_k8s_cluster.sh`` and the other node-side scripts; unset: the
-    scripts shipped with lccn-subscriber (``handlers/toolkit/node/``)."""
+    """Directory holding our ``install_k8s_cluster.sh`` (the fallback when a VNF package has no
+    ``script_path`` file) and ``create_admin_token.yaml``; unset: those shipped with
+    lccn-subscriber (``handlers/toolkit/node/``)."""
     script_env: dict[str, str] = {}
-    """Environment exported for ``install_k8s_cluster.sh`` and the Helm script on every node
-    (``K8S_VERSION``, ``K8S_CNI``, ``K8S_SKIP_PHASES`` ...); sent on stdin, never on a command
-    line, and masked by ``config show`` where secret-looking."""
+    """Environment exported for the install script (the package's ``script_path`` file, or
+    ours) and the Helm script on every node, for every instance: an operator's override
+    (``K8S_VERSION``, ``K8S_CNI``, ``K8S_SKIP_PHASES`` ... for our script; the version and
+    CNI belong to the package's script). Sent on stdin, never on a command line, and masked
+    by ``config show`` where secret-looking."""
     kubectl: str = "kubectl"
     """The kubectl command on the masters (an absolute path where PATH differs)."""
     kubeadm: str = "kubeadm"

@@ -44,6 +44,7 @@ boundary each, chaining the original with ``from exc``.
     │       │   └── OpenStackRequestFailed  another 4xx
     │       └── TackerRejected          4xx other than 409 (ProblemDetails ``detail``)
     │           ├── TackerAuthError     Keystone refused the credentials, or 401/403
+    │           ├── PackageNotFound     no onboarded VNF package has the instance's vnfdId
     │           ├── VimNotOurs          vim_name names a VIM we did not register: left alone
     │           └── TackerOpFailed      our MODIFY_INFO op-occ ended FAILED_TEMP/FAILED
     ├── StepInterrupted                 a non-idempotent step was cut off mid-run;
@@ -90,6 +91,7 @@ __all__ = [
     "OpenStackNotFound",
     "OpenStackRequestFailed",
     "OpenStackUnavailable",
+    "PackageNotFound",
     "PermanentStepError",
     "PublishInputError",
     "RecordRejected",
@@ -451,6 +453,12 @@ class TackerRejected(PermanentStepError):
 
 class TackerAuthError(TackerRejected):
     error_class = "tacker-auth"
+
+
+class PackageNotFound(TackerRejected):
+    """No onboarded VNF package has the vnfdId asked for."""
+
+    error_class = "tacker-package-not-found"
 
 
 class VimNotOurs(TackerRejected):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from handlers.job import ClusterJob
-from handlers.results import Confirmed, Discovered
+from handlers.results import Confirmed, Discovered, InstallScript
 from handlers.steps.package import package_files
 from handlers.toolkit import haproxy, helm, kubeadm
 from subscriber.errors import SkipStep, TransientStepError
@@ -28,6 +28,12 @@ __all__ = [
     "join_masters",
     "join_workers",
 ]
+
+
+def _script(ctx: JobContext) -> str:
+    """The install script as an error names it (``upload-scripts`` says which it is)."""
+    made = ctx.result_if_made(InstallScript)
+    return made.label if made is not None else "install_k8s_cluster.sh"
 
 
 class MasterInit(StepResult):
@@ -49,13 +55,24 @@ def init_main_master(job: ClusterJob) -> StepsFor:
                 raise SkipStep(
                     f"{main.name} is already a member of the cluster", MasterInit(node=main.name)
                 )
-            report = await kubeadm.init_main_master(shell, job.topology(ctx), step=name)
+            report = await kubeadm.init_main_master(
+                shell, job.topology(ctx), script=_script(ctx), step=name
+            )
             return MasterInit(
                 node=main.name, server=report.server, ssl_ca_cert_hash=report.ssl_ca_cert_hash
             )
 
         timeout = job.settings.install_timeout + 60.0
-        return [Step(name, run, idempotent=True, timeout=timeout, needs=(Discovered,))]
+        return [
+            Step(
+                name,
+                run,
+                idempotent=True,
+                timeout=timeout,
+                needs=(Discovered,),
+                wants=(InstallScript,),
+            )
+        ]
 
     return StepsFor("init-master-<node>", Discovered, expand)
 
@@ -108,13 +125,17 @@ def converge_masters(job: ClusterJob) -> StepsFor:
                 )
             via = await kubeadm.anchor(shell, topo, exclude={node.name})
             if via is None:
-                report = await kubeadm.init_main_master(shell, topo, main=node, step=name)
+                report = await kubeadm.init_main_master(
+                    shell, topo, main=node, script=_script(ctx), step=name
+                )
                 return MasterJoined(node=node.name, init=True, server=report.server)
             await kubeadm.join_control_plane(shell, topo, node, via=via, step=name)
             return MasterJoined(node=node.name, joined=True, via=via.name)
 
         timeout = job.settings.install_timeout + 120.0
-        return Step(name, run, idempotent=True, timeout=timeout, needs=(Discovered,))
+        return Step(
+            name, run, idempotent=True, timeout=timeout, needs=(Discovered,), wants=(InstallScript,)
+        )
 
     def expand(found: Discovered) -> list[Step]:
         return [one(m) for m in found.masters]

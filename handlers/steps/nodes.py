@@ -8,10 +8,12 @@ so a replay is a no-op and a resumed job picks up where it stopped.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 from handlers.job import ClusterJob
-from handlers.results import Discovered, Membership
+from handlers.results import Confirmed, Discovered, InstallScript, Membership
+from handlers.steps.package import optional_package_file
 from handlers.toolkit import hosts, kubeadm, kubectl, proxy
 from handlers.toolkit.topology import discover
 from subscriber.errors import PermanentStepError, SkipStep, TransientStepError
@@ -82,19 +84,49 @@ def _rebuilt(before: ClusterNode, now: ClusterNode) -> bool:
     return bool(before.server_id and now.server_id and before.server_id != now.server_id)
 
 
-class Uploaded(StepResult):
-    nodes: tuple[str, ...] = ()
-
-
 def upload_scripts(job: ClusterJob) -> Step:
-    """The node scripts (``install_k8s_cluster.sh`` ...) on every node."""
+    """The install script on every node: the VNF package's ``script_path`` file, read from
+    Tacker as Tacker's drivers take it from the package; our own
+    ``install_k8s_cluster.sh`` when the package has no such file (logged, and said in the
+    result). With it ``create_admin_token.yaml``, ours, as Tacker's drivers upload theirs."""
 
-    async def run(ctx: JobContext) -> Uploaded:
-        topo = job.topology(ctx)
-        await hosts.upload_scripts(await job.shell(ctx), topo.nodes)
-        return Uploaded(nodes=tuple(n.name for n in topo.nodes))
+    async def run(ctx: JobContext) -> InstallScript:
+        topo, params = job.topology(ctx), await job.params(ctx)
+        path = params.script_path
+        found = await optional_package_file(job, ctx, path, "script_path", step=InstallScript.step)
+        nodes = tuple(n.name for n in topo.nodes)
+        shell = await job.shell(ctx)
+        if found.data is None:
+            ctx.log.warning(
+                "the VNF package has no install script at script_path: running "
+                "lccn-subscriber's own install_k8s_cluster.sh",
+                extra={"script_path": path, "reason": found.missing},
+            )
+            script = hosts.node_file(job.settings, hosts.NODE_FILES[0])
+            await hosts.upload_scripts(shell, topo.nodes)
+            return InstallScript(
+                nodes=nodes,
+                source="fallback",
+                path=path,
+                sha256=hashlib.sha256(script).hexdigest(),
+                reason=found.missing,
+            )
+        await hosts.upload_scripts(shell, topo.nodes, found.data)
+        return InstallScript(
+            nodes=nodes,
+            source="package",
+            path=path,
+            sha256=hashlib.sha256(found.data).hexdigest(),
+        )
 
-    return Step("upload-scripts", run, idempotent=True, timeout=300.0, needs=(Discovered,))
+    return Step(
+        InstallScript.step,
+        run,
+        idempotent=True,
+        timeout=300.0,
+        needs=(Confirmed, Discovered),
+        makes=InstallScript,
+    )
 
 
 class HostsWritten(StepResult):

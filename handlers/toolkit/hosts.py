@@ -73,20 +73,27 @@ def node_file(settings: ClusterSettings, name: str) -> bytes:
     return resources.files("handlers.toolkit.node").joinpath(name).read_bytes()
 
 
-async def upload_scripts(shell: NodeShell, nodes: Sequence[ClusterNode]) -> None:
+async def upload_scripts(
+    shell: NodeShell, nodes: Sequence[ClusterNode], script: bytes | None = None
+) -> None:
     """Put ``install_k8s_cluster.sh`` and ``create_admin_token.yaml`` in /tmp of each node.
 
     Uploads run on all nodes at once. Convergent: an upload replaces the file.
+
+    Arguments:
+        script: the install script to upload (the VNF package's ``script_path`` file);
+            ``None``: our own (:func:`node_file`).
 
     Raises:
         SshError: a node could not be reached or refused the upload.
         ConfigError: ``cluster.scripts_dir`` lacks a file.
     """
-    script, token_yaml = (node_file(shell.settings, name) for name in NODE_FILES)
+    own, token_yaml = (node_file(shell.settings, name) for name in NODE_FILES)
+    install = own if script is None else script
 
     async def one(node: ClusterNode) -> None:
         target = shell.target(node)
-        await shell.ssh.upload(target, script, REMOTE_SCRIPT, mode=0o755)
+        await shell.ssh.upload(target, install, REMOTE_SCRIPT, mode=0o755)
         await shell.ssh.upload(target, token_yaml, REMOTE_TOKEN_YAML)
 
     await asyncio.gather(*(one(n) for n in nodes))

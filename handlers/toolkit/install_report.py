@@ -1,9 +1,13 @@
 """What ``install_k8s_cluster.sh`` prints for its caller on the main master.
 
-The script (ours, or the VNF package's ``script_path``, as Tacker's drivers run it)
-ends by printing ``token:``, ``server:``, ``ssl_ca_cert_hash:`` and
-``certificate_key:`` lines and the cluster CA (PEM); :func:`parse_install_output`
-reads them into an :class:`InstallReport`, naming what is missing, never a value.
+The script (the VNF package's ``script_path``, as Tacker's drivers run it, or our
+own) ends by printing ``token:``, ``server:`` and ``ssl_ca_cert_hash:`` lines and
+the cluster CA (PEM): what Tacker's drivers parse (``kubernetes_mgmt.py`` and the v2
+``kubernetes_mgmt_v2.py``), so what a package's script must print. Ours and Tacker's
+sample also print ``certificate_key:``, which the drivers do not read (they, and we,
+upload the certificates again for each control-plane join): it is optional.
+:func:`parse_install_output` reads them into an :class:`InstallReport`, naming the
+line it expected, never a value.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["InstallReport", "parse_install_output"]
+__all__ = ["EXPECTED", "InstallReport", "parse_install_output"]
+
+# The lines Tacker's drivers read from the main master's output, in its order.
+EXPECTED = ("token:", "server:", "ssl_ca_cert_hash:")
 
 
 class InstallReport(BaseModel):
@@ -24,7 +31,7 @@ class InstallReport(BaseModel):
     server: str
     ssl_ca_cert: str = Field(repr=False)
     ssl_ca_cert_hash: str
-    certificate_key: SecretStr
+    certificate_key: SecretStr | None = None
 
     @property
     def endpoint(self) -> str:
@@ -42,7 +49,8 @@ def parse_install_output(stdout: str) -> InstallReport:
     """The :class:`InstallReport` in a main master's script output.
 
     Raises:
-        ValueError: a line is missing or malformed (values are not echoed).
+        ValueError: a line is missing or malformed, in one line naming the line it
+            expected (values are not echoed).
     """
     found: dict[str, str] = {}
     for line in stdout.splitlines():
@@ -50,29 +58,29 @@ def parse_install_output(stdout: str) -> InstallReport:
         if match:
             found[match.group(1)] = match.group(2)
     pem = _PEM.search(stdout)
-    problems = [
-        f"no '{name}:' line"
-        for name in ("token", "server", "ssl_ca_cert_hash", "certificate_key")
-        if name not in found
-    ]
+    problems = [f"no '{line}' line" for line in EXPECTED if line[:-1] not in found]
     if pem is None:
-        problems.append("no CA certificate (PEM)")
+        problems.append("no CA certificate (-----BEGIN CERTIFICATE-----)")
     if not problems:
         if not _TOKEN.match(found["token"]):
-            problems.append("token is not a kubeadm bootstrap token")
+            problems.append("the 'token:' line is not a kubeadm bootstrap token")
         if not found["server"].startswith("https://"):
-            problems.append("server is not an https URL")
+            problems.append("the 'server:' line is not an https URL")
         if not _HEX64.match(found["ssl_ca_cert_hash"]):
-            problems.append("ssl_ca_cert_hash is not 64 hex digits")
-        if not _HEX64.match(found["certificate_key"]):
-            problems.append("certificate_key is not 64 hex digits")
+            problems.append("the 'ssl_ca_cert_hash:' line is not 64 hex digits")
+        if "certificate_key" in found and not _HEX64.match(found["certificate_key"]):
+            problems.append("the 'certificate_key:' line is not 64 hex digits")
     if problems:
-        raise ValueError(f"install_k8s_cluster.sh output: {'; '.join(problems)}")
+        raise ValueError(
+            f"{'; '.join(problems)} in its output (Tacker's drivers parse "
+            f"{', '.join(repr(x) for x in EXPECTED)} lines and the CA certificate)"
+        )
     assert pem is not None
+    key = found.get("certificate_key")
     return InstallReport(
         token=SecretStr(found["token"]),
         server=found["server"],
         ssl_ca_cert=pem.group(0) if pem.group(0).endswith("\n") else pem.group(0) + "\n",
         ssl_ca_cert_hash=found["ssl_ca_cert_hash"],
-        certificate_key=SecretStr(found["certificate_key"]),
+        certificate_key=SecretStr(key) if key is not None else None,
     )

@@ -1,13 +1,23 @@
 """kubeadm on the nodes: init, control-plane and worker joins, and the data a join needs.
 
-Installs and joins go through ``install_k8s_cluster.sh`` (TACKER.md §1.5: ``-m``
-masters, ``-w`` worker, ``-i`` cluster IP, ``-p``/``-a`` CIDRs, ``-s`` CA hash),
-as Tacker's driver runs it. Join tokens and certificate keys are secrets: they
-never go on a command line (any user of a node sees those in ``ps``) but in the
-script's environment, which the SSH executor sends on stdin
-(``LCCN_JOIN_TOKEN``, ``LCCN_CERTIFICATE_KEY``; the script hands them to
-kubeadm in a private JoinConfiguration file); they are also passed to
-``secrets=`` so every message masks them, and kept in memory only.
+Installs and joins go through ``/tmp/install_k8s_cluster.sh`` (the VNF package's
+``script_path`` file, or our own: :func:`~handlers.toolkit.hosts.upload_scripts`),
+with the arguments Tacker's drivers give it (``kubernetes_mgmt.py``)::
+
+    -m <masters> -i <cluster ip> -p <pod cidr> -a <service cidr>            the main master
+    -m <masters> -i <cluster ip> -p <pod cidr> -a <service cidr>
+       -t <token> -s <CA hash> -k <certificate key>                         another master
+    -w <worker ip> -i <cluster ip> -t <token> -s <CA hash>                  a worker
+
+and the environment they give it (the proxy, ``ha_flag``), plus ``cluster.script_env``
+and ``K8S_NODE_NAME``. Join tokens and certificate keys are secrets: they never go
+on a command line (any user of a node sees those in ``ps``). They travel in the
+environment, which the SSH executor sends on stdin (``LCCN_JOIN_TOKEN``,
+``LCCN_CERTIFICATE_KEY``), and :func:`install_command` makes them the script's
+``-t``/``-k`` arguments inside the shell that reads the script (``set --`` then
+``.``), so the script sees exactly Tacker's argv while ``ps`` shows only
+``"$LCCN_JOIN_TOKEN"``. They are also passed to ``secrets=`` so every message
+masks them, and kept in memory only.
 """
 
 from __future__ import annotations
@@ -29,6 +39,10 @@ from subscriber.kernel.ports import ClusterNode
 
 __all__ = [
     "CA_HASH",
+    "KEY_VAR",
+    "SANS_VAR",
+    "TOKEN_VAR",
+    "FromEnv",
     "JoinData",
     "anchor",
     "certificate_key",
@@ -57,19 +71,50 @@ class JoinData:
     ca_hash: str
 
 
-def install_command(*args: str) -> str:
-    """``bash /tmp/install_k8s_cluster.sh ARGS`` with every argument quoted."""
-    return "bash " + " ".join(shlex.quote(a) for a in (REMOTE_SCRIPT, *args))
+TOKEN_VAR = "LCCN_JOIN_TOKEN"
+KEY_VAR = "LCCN_CERTIFICATE_KEY"
+
+
+@dataclass(frozen=True, slots=True)
+class FromEnv:
+    """An argument of the install script taken from the environment variable ``name``."""
+
+    name: str
+
+
+def install_command(*args: str | FromEnv) -> str:
+    """The command that runs the install script with ``args`` as its argv.
+
+    ``bash -c 'set -- ARGS; unset VARS; . "$0"' /tmp/install_k8s_cluster.sh``: the
+    script runs in that bash with ``$0`` its path and ``"$@"`` exactly ``args``, as
+    ``bash /tmp/install_k8s_cluster.sh ARGS`` would run it, but a :class:`FromEnv`
+    argument is expanded there from the environment, so its value is never on a
+    command line; the variables are unset before the script starts (its commands
+    do not inherit them).
+    """
+    words = " ".join(f'"${a.name}"' if isinstance(a, FromEnv) else shlex.quote(a) for a in args)
+    names = " ".join(a.name for a in args if isinstance(a, FromEnv))
+    body = f"set -- {words}; " + (f"unset {names}; " if names else "") + '. "$0"'
+    return f"bash -c {shlex.quote(body)} {REMOTE_SCRIPT}"
+
+
+SANS_VAR = "K8S_APISERVER_CERT_EXTRA_SANS"
 
 
 def script_env(shell: NodeShell, topo: Topology, node: ClusterNode) -> dict[str, str]:
     """The environment of the install script on ``node``: ``cluster.script_env``, the
-    node name, ``ha_flag`` and the cluster's proxy (kubeadm's environment; secret:
-    pass :func:`~handlers.toolkit.proxy.proxy_secrets` with it)."""
+    node name, ``ha_flag``, the cluster's proxy (kubeadm's environment; secret:
+    pass :func:`~handlers.toolkit.proxy.proxy_secrets` with it) and, with
+    ``cluster_fip_name``, the floating IP as an extra SAN of the API server's
+    certificate (``K8S_APISERVER_CERT_EXTRA_SANS``: the endpoint written back is that
+    address, so a client checking the CA must find it in the certificate)."""
     env = dict(shell.settings.script_env)
     env.update(environment(shell.params, topo))
     env["K8S_NODE_NAME"] = node.name
     env["ha_flag"] = "True" if topo.ha else "False"
+    if topo.cluster_fip:
+        sans = [s for s in env.get(SANS_VAR, "").split(",") if s]
+        env[SANS_VAR] = ",".join(dict.fromkeys([*sans, topo.cluster_fip]))
     return env
 
 
@@ -173,6 +218,7 @@ async def init_main_master(
     topo: Topology,
     *,
     main: ClusterNode | None = None,
+    script: str = "install_k8s_cluster.sh",
     step: str | None = None,
 ) -> InstallReport:
     """``kubeadm init`` on the main master through the install script (not idempotent alone:
@@ -180,6 +226,7 @@ async def init_main_master(
 
     Arguments:
         main: the master that inits (default: the topology's main master).
+        script: the script as the error names it (which one was uploaded).
 
     Returns:
         What the script printed: server URL, CA, its hash (the token and
@@ -201,7 +248,7 @@ async def init_main_master(
     try:
         return parse_install_output(result.stdout)
     except ValueError as exc:
-        raise PermanentStepError(str(exc), step=step) from None
+        raise PermanentStepError(f"{script} on {main.name}: {exc}", step=step) from None
 
 
 async def join_control_plane(
@@ -226,15 +273,12 @@ async def join_control_plane(
     data = await join_data(shell, via, step=step)
     token = data.token.get_secret_value()
     key = (await certificate_key(shell, via, secrets=(token,), step=step)).get_secret_value()
+    args = (FromEnv(TOKEN_VAR), "-s", data.ca_hash, "-k", FromEnv(KEY_VAR))
     result = await shell.run(
         node,
-        install_command(*_cluster_args(shell, topo, via), "-s", data.ca_hash),
+        install_command(*_cluster_args(shell, topo, via), "-t", *args),
         timeout=shell.settings.install_timeout,
-        env={
-            **script_env(shell, topo, node),
-            "LCCN_JOIN_TOKEN": token,
-            "LCCN_CERTIFICATE_KEY": key,
-        },
+        env={**script_env(shell, topo, node), TOKEN_VAR: token, KEY_VAR: key},
         secrets=[token, key, *proxy_secrets(shell.params)],
     )
     result.check(step=step)
@@ -264,9 +308,11 @@ async def join_worker(
     token = data.token.get_secret_value()
     result = await shell.run(
         node,
-        install_command("-w", node.nic_ip, "-i", join_ip, "-s", data.ca_hash),
+        install_command(
+            "-w", node.nic_ip, "-i", join_ip, "-t", FromEnv(TOKEN_VAR), "-s", data.ca_hash
+        ),
         timeout=shell.settings.install_timeout,
-        env={**script_env(shell, topo, node), "LCCN_JOIN_TOKEN": token},
+        env={**script_env(shell, topo, node), TOKEN_VAR: token},
         secrets=[token, *proxy_secrets(shell.params)],
     )
     if not result.ok and await is_member(shell, via, node.name):

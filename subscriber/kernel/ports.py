@@ -126,8 +126,8 @@ class TackerApi(Protocol):
     async def vnf_package(self, vnfd_id: str, into: IO[bytes]) -> None:
         """Write the zip of the onboarded VNF package whose VNFD is ``vnfd_id`` into ``into``.
 
-        Raises a permanent error when no onboarded package has that VNFD, or when it is
-        larger than the client allows.
+        Raises :class:`~subscriber.errors.PackageNotFound` when no onboarded package has
+        that VNFD, a permanent error when it is larger than the client allows.
         """
         ...
 

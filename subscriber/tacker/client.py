@@ -30,6 +30,7 @@ import aiohttp
 
 from subscriber.config import TackerSettings
 from subscriber.errors import (
+    PackageNotFound,
     PermanentStepError,
     TackerOpFailed,
     TackerRejected,
@@ -605,7 +606,7 @@ class TackerClient(Component):
         (never whole in memory), at most ``tacker.max_package_bytes``.
 
         Raises:
-            TackerRejected: no onboarded package has that VNFD (permanent).
+            PackageNotFound: no onboarded package has that VNFD (permanent).
             PermanentStepError: the package is larger than ``tacker.max_package_bytes``.
             TackerUnavailable: Tacker could not be asked (transient).
         """
@@ -622,7 +623,7 @@ class TackerClient(Component):
             and p.get("onboardingState", "ONBOARDED") == "ONBOARDED"
         ]
         if not packages:
-            raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
+            raise PackageNotFound(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
         await self.request(
             "GET",
             f"/vnfpkgm/v1/vnf_packages/{segment(packages[0]['id'])}/package_content",

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from subscriber.errors import OpenStackNotFound, TackerRejected, VimNotOurs
+from subscriber.errors import OpenStackNotFound, PackageNotFound, TackerRejected, VimNotOurs
 from subscriber.kernel.ports import (
     KubernetesAccess,
     PortAddresses,
@@ -168,7 +168,7 @@ class FakeTacker:
     async def vnf_package(self, vnfd_id: str, into: IO[bytes]) -> None:
         self.gets += 1
         if vnfd_id not in self.packages:
-            raise TackerRejected(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
+            raise PackageNotFound(f"Tacker has no onboarded VNF package with vnfdId {vnfd_id}")
         into.write(self.packages[vnfd_id])
 
     async def delete_vim(

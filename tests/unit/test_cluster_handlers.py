@@ -10,9 +10,12 @@ import pytest
 from handlers import default_routing
 from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.terminate import TerminateCluster
+from handlers.toolkit import kubeadm
 from handlers.toolkit.params import load_params
+from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology, discover
 from schemas.cluster_params import parse_cluster_params
+from subscriber.config import ClusterSettings
 from subscriber.errors import (
     DiscoveryError,
     EndJob,
@@ -26,6 +29,7 @@ from subscriber.kernel.ports import PortAddresses
 from tests.cluster_fakes import (
     MASTER_CP,
     FakeOpenStack,
+    FakeSsh,
     FakeTacker,
     cluster_vnf,
     job_context,
@@ -213,6 +217,14 @@ async def test_discovery_cluster_fip_is_the_endpoint() -> None:
     params = parse_cluster_params(k8s_params(cluster_fip_name="fip_CP"))
     topo = await discover(tacker.instances[inst], params, openstack)
     assert topo.endpoint == "https://192.0.2.9:6443"
+    # ... so the API server's certificate must name it: the install script is told so
+    # (kubeadm init's --apiserver-cert-extra-sans), after the operator's own SANs.
+    override = {kubeadm.SANS_VAR: "api.example"}
+    shell = NodeShell(FakeSsh(), ClusterSettings(script_env=override), params)
+    assert kubeadm.script_env(shell, topo, topo.main)[kubeadm.SANS_VAR] == "api.example,192.0.2.9"
+    plain = await discover(tacker.instances[inst], parse_cluster_params(k8s_params()), openstack)
+    bare = NodeShell(FakeSsh(), ClusterSettings(), params)
+    assert kubeadm.SANS_VAR not in kubeadm.script_env(bare, plain, plain.main)
 
 
 async def test_discovery_refuses_what_is_not_a_cluster() -> None:

@@ -25,6 +25,10 @@
 #   K8S_SKIP_PHASES    comma list of phases to skip, e.g. "packages,cni" where
 #                      the tools are already there (lccn's test hosts)
 #   K8S_KUBEADM_EXTRA  extra arguments for kubeadm init/join
+#   K8S_APISERVER_CERT_EXTRA_SANS  comma list of extra SANs of the API server's
+#                      certificate (kubeadm init; the masters that join later take
+#                      them from the cluster's kubeadm-config): lccn-subscriber sets
+#                      the cluster_fip_name floating IP here
 #   K8S_NODE_NAME      node name (default: the hostname)
 #
 # Phases, in order: packages (apt, containerd, kubeadm), ha (haproxy on 16443 +
@@ -56,6 +60,7 @@ K8S_VERSION="${K8S_VERSION:-1.26.8}"
 K8S_CNI="${K8S_CNI:-cilium}"
 K8S_SKIP_PHASES="${K8S_SKIP_PHASES:-}"
 K8S_KUBEADM_EXTRA="${K8S_KUBEADM_EXTRA:-}"
+K8S_APISERVER_CERT_EXTRA_SANS="${K8S_APISERVER_CERT_EXTRA_SANS:-}"
 CILIUM_VERSION="${CILIUM_VERSION:-1.14.5}"
 CILIUM_CLI_VERSION="${CILIUM_CLI_VERSION:-v0.15.19}"
 CILIUM_CLI_SHA256="${CILIUM_CLI_SHA256:-}"
@@ -310,10 +315,13 @@ kubeadm_init_or_join() {
     fi
     case "$ROLE" in
     main-master)
+        local sans=()
+        [ -n "$K8S_APISERVER_CERT_EXTRA_SANS" ] &&
+            sans=(--apiserver-cert-extra-sans "$K8S_APISERVER_CERT_EXTRA_SANS")
         $SUDO kubeadm init --kubernetes-version "v${K8S_VERSION}" \
             --pod-network-cidr "$POD_CIDR" --service-cidr "$SERVICE_CIDR" \
             --control-plane-endpoint "$ENDPOINT" --apiserver-advertise-address "$MY_IP" \
-            --node-name "$NODE_NAME" --upload-certs "${extra[@]}" >&2
+            --node-name "$NODE_NAME" --upload-certs "${sans[@]}" "${extra[@]}" >&2
         ;;
     master | worker)
         local config

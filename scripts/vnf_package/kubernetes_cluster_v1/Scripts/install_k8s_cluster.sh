@@ -1,0 +1,1 @@
+../../kubernetes_cluster/Scripts/install_k8s_cluster.sh
