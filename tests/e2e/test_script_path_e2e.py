@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from testbed import tacker_bed as tb
 from tests import REPO
 from tests.e2e.day2 import Loop
 from tests.e2e.test_day2_e2e import loop
+from tests.testbed import tacker_bed as tb
 
 __all__ = ["loop"]  # the fixture, shared with test_day2_e2e
 

@@ -32,13 +32,13 @@ from cryptography.utils import CryptographyDeprecationWarning
 
 from subscriber.config import ClusterSettings
 from subscriber.kernel.ports import KubernetesAccess, PortAddresses
-from testbed import testhosts
-from testbed.testhosts import TestBed, TestHost
 from tests.cluster_fakes import cluster_service, cluster_vnf, k8s_params
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
 from tests.k8s.full_loop import tacker_k8s
 from tests.k8s.helpers import SCRIPT_ENV, ssh_settings
+from tests.testbed import testhosts
+from tests.testbed.testhosts import TestBed, TestHost
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 
