@@ -122,8 +122,8 @@ async def test_a_broken_package_fails_rather_than_falling_back() -> None:
 
 @pytest.mark.parametrize("package", ["kubernetes_cluster", "kubernetes_cluster_v1"])
 def test_the_sample_packages_carry_our_script_byte_for_byte(package: str) -> None:
-    """Our script is the sample packages' ``script_path`` file (the v1 one links to it); the
-    wheel keeps the same one as the fallback."""
+    """Our script is the sample packages' ``script_path`` file: a link to the wheel's copy
+    (the fallback), which the package build reads through, so the two cannot drift."""
     root = REPO / "scripts/vnf_package" / package
     assert (root / SCRIPT_PATH).read_bytes() == OURS
     assert f"Name: {SCRIPT_PATH}\n" in (root / "TOSCA-Metadata/TOSCA.meta").read_text()
