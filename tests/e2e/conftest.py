@@ -12,6 +12,7 @@ pointed at it, so the package's script runs every operation's cluster job inside
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -102,13 +103,14 @@ def callback_auth(proc: ServeProcess) -> str:
     return str(body["checks"]["callback_auth"]["detail"]) if isinstance(body, dict) else ""
 
 
-@pytest.fixture
-def serve_proc(
-    bed: tb.BedState, tacker: TackerClient, host_sim: SimProcess, hosts: Any, tmp_path: Path
+@contextlib.contextmanager
+def subscribed_serve(
+    tacker: TackerClient, tmp_path: Path, config: dict[str, Any]
 ) -> Iterator[ServeProcess]:
     """``lccn-subscriber serve`` as a subprocess, subscribed to the real Tacker (it subscribes
-    itself at start); at teardown stopped and its subscription deleted."""
-    proc = ServeProcess(tmp_path, config=serve_config(bed, host_sim, hosts))
+    itself at start, with generated credentials); at the end stopped and its subscription
+    deleted."""
+    proc = ServeProcess(tmp_path, config=config)
     proc.start()
     try:
         tacker.wait_subscribed(proc.callback_url)
@@ -122,6 +124,15 @@ def serve_proc(
     finally:
         proc.stop()
         tacker.unsubscribe_all(proc.callback_url)
+
+
+@pytest.fixture
+def serve_proc(
+    bed: tb.BedState, tacker: TackerClient, host_sim: SimProcess, hosts: Any, tmp_path: Path
+) -> Iterator[ServeProcess]:
+    """:func:`subscribed_serve` with this tier's configuration."""
+    with subscribed_serve(tacker, tmp_path, serve_config(bed, host_sim, hosts)) as proc:
+        yield proc
 
 
 TOKEN = "e2e-hook-token-0c9d2b"

@@ -35,7 +35,7 @@ from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import wait_for
 from tests.testbed.tacker_v1 import V1Tacker
 
-from .conftest import callback_auth, serve_config
+from .conftest import serve_config, subscribed_serve
 from .day2_v1 import V1Loop
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("fresh_cluster")]
@@ -60,20 +60,8 @@ def v1_serve(
 ) -> Iterator[ServeProcess]:
     config = serve_config(bed, host_sim, hosts)
     config["tacker"] = {**config["tacker"], "api_version": "v1", "register_vim": False}
-    proc = ServeProcess(tmp_path, config=config)
-    proc.start()
-    try:
-        v1_tacker.wait_subscribed(proc.callback_url)
-        wait_for(
-            lambda: callback_auth(proc) == "callback auth on: BASIC (generated)",
-            timeout=10,
-            interval=0.2,
-            what="callback auth on with the generated credentials",
-        )
+    with subscribed_serve(v1_tacker, tmp_path, config) as proc:
         yield proc
-    finally:
-        proc.stop()
-        v1_tacker.unsubscribe_all(proc.callback_url)
 
 
 @pytest.fixture
