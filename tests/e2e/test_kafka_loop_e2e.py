@@ -26,7 +26,6 @@ from tests.backends import pg_database, pg_dsn
 from tests.cluster_fakes import k8s_params
 from tests.e2e.conftest import serve_config
 from tests.e2e.day2 import SCALE_ASPECT, kubeadm_calls
-from tests.kafka.conftest import broker
 from tests.kafka.helpers import create_topic, uid
 from tests.programs import ServeProcess, cli
 from tests.tacker.conftest import NETWORK_ID
@@ -34,8 +33,6 @@ from tests.testbed import kafka_broker
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
-
-__all__ = ["broker"]
 
 pytestmark = [
     pytest.mark.tacker,
