@@ -15,6 +15,7 @@ default those of the v1 API.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import SecretStr
@@ -99,6 +100,11 @@ def register_vim(job: ClusterJob) -> Step:
     async def run(ctx: JobContext) -> VimRegistration:
         return await _register(job, ctx, replace=False)
 
+    return _registration_step(run)
+
+
+def _registration_step(run: Callable[[JobContext], Awaitable[VimRegistration]]) -> Step:
+    """The ``register-vim`` step (INSTANTIATE's, or HEAL's that registers anew)."""
     return Step(
         VimRegistration.step,
         run,
@@ -137,14 +143,7 @@ def reregister_vim(job: ClusterJob) -> Step:
             raise SkipStep("the heal kept the cluster: its VIM stays", VimRegistration())
         return await _register(job, ctx, replace=True)
 
-    return Step(
-        VimRegistration.step,
-        run,
-        idempotent=True,
-        timeout=120.0,
-        needs=(Discovered, ClusterAccess),
-        makes=VimRegistration,
-    )
+    return _registration_step(run)
 
 
 def has_entry(
