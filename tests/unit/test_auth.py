@@ -246,21 +246,18 @@ def _client_ctx(pki: dict[str, Any], who: str | None) -> ssl.SSLContext:
     return ctx
 
 
+def _mtls(pki: dict[str, Any], **settings: Any) -> AuthSettings:
+    """mTLS on with the test CA's server certificate, and ``settings``."""
+    d: Path = pki["dir"]
+    files = {"ca_file": d / "ca.crt", "cert_file": d / "server.crt", "key_file": d / "server.key"}
+    return AuthSettings(mtls=MtlsSettings(enabled=True, **files, **settings))
+
+
 async def test_mtls_requires_a_client_certificate_from_the_ca(
     auth_service: ServiceStarter, pki: dict[str, Any]
 ) -> None:
-    d: Path = pki["dir"]
     svc = await auth_service(
-        AuthSettings(
-            mtls=MtlsSettings(
-                enabled=True,
-                ca_file=d / "ca.crt",
-                cert_file=d / "server.crt",
-                key_file=d / "server.key",
-                client_id="tacker-mtls",
-                client_cert_sha256=pki["thumbprint"],
-            )
-        )
+        _mtls(pki, client_id="tacker-mtls", client_cert_sha256=pki["thumbprint"])
     )
     base = f"https://127.0.0.1:{svc.port}"
     url = base + svc.settings.http.path
@@ -306,17 +303,7 @@ async def test_mtls_requires_a_client_certificate_from_the_ca(
 async def test_mtls_alone_needs_only_the_certificate(
     auth_service: ServiceStarter, pki: dict[str, Any]
 ) -> None:
-    d: Path = pki["dir"]
-    svc = await auth_service(
-        AuthSettings(
-            mtls=MtlsSettings(
-                enabled=True,
-                ca_file=d / "ca.crt",
-                cert_file=d / "server.crt",
-                key_file=d / "server.key",
-            )
-        )
-    )
+    svc = await auth_service(_mtls(pki))
     url = f"https://127.0.0.1:{svc.port}{svc.settings.http.path}"
     async with aiohttp.ClientSession() as http:
         with pytest.raises(aiohttp.ClientError):
