@@ -72,18 +72,21 @@ async def test_metrics_move_as_events_flow(
         )
         == 1
     )
-    assert metric(text, 'lccn_events_duplicate_total{source="http"}') == 1
-    assert metric(text, 'lccn_events_skipped_total{reason="stale"}') == 1
-    assert metric(text, 'lccn_ingest_latency_seconds_count{source="http"}') == 4
-    assert metric(text, 'lccn_jobs_total{outcome="failed",mode="live"}') == 1
-    assert metric(text, 'lccn_jobs_total{outcome="ignored",mode="live"}') == 1
-    assert metric(text, 'lccn_step_duration_seconds_count{step="install",outcome="failed"}') == 1
-    assert metric(text, 'lccn_step_duration_seconds_count{step="discover",outcome="done"}') == 1
-    assert metric(text, "lccn_failed_events") == 1
-    assert metric(text, "lccn_poison_events") == 0
-    assert metric(text, "lccn_lanes_past_lease") == 0
-    assert metric(text, "lccn_hooks_waiting") == 0
-    assert metric(text, 'lccn_queue_depth{status="pending"}') == 0
+    expected = {
+        'lccn_events_duplicate_total{source="http"}': 1,
+        'lccn_events_skipped_total{reason="stale"}': 1,
+        'lccn_ingest_latency_seconds_count{source="http"}': 4,
+        'lccn_jobs_total{outcome="failed",mode="live"}': 1,
+        'lccn_jobs_total{outcome="ignored",mode="live"}': 1,
+        'lccn_step_duration_seconds_count{step="install",outcome="failed"}': 1,
+        'lccn_step_duration_seconds_count{step="discover",outcome="done"}': 1,
+        "lccn_failed_events": 1,
+        "lccn_poison_events": 0,
+        "lccn_lanes_past_lease": 0,
+        "lccn_hooks_waiting": 0,
+        'lccn_queue_depth{status="pending"}': 0,
+    }
+    assert {name: metric(text, name) for name in expected} == expected
     # Every answer of the listener, by endpoint and code: the four notifications...
     assert metric(text, 'lccn_http_responses_total{endpoint="callback",code="204"}') == 4
     assert metric(text, 'lccn_http_responses_total{endpoint="probes",code="200"}') >= 2
