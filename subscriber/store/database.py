@@ -30,13 +30,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from subscriber.config import DatabaseSettings
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["Database", "is_sqlite"]
 
@@ -156,6 +159,10 @@ class Database:
             self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="lccn-db-writer")
             self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="lccn-db-reader")
         else:
+            # Imported here: the asyncio extension pulls in SQLAlchemy's ORM (~8 MB a process),
+            # which a SQLite store never uses.
+            from sqlalchemy.ext.asyncio import create_async_engine
+
             server_settings = {
                 "lock_timeout": str(int(settings.lock_timeout * 1000)),
                 "idle_in_transaction_session_timeout": str(
@@ -205,6 +212,19 @@ class Database:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
+
+    def insert(self, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+        """An ``INSERT`` into ``table`` in this backend's dialect (with its ``ON CONFLICT``).
+
+        The PostgreSQL dialect is imported only on PostgreSQL (~2 MB a process).
+        """
+        if self.dialect_name == "postgresql":
+            from sqlalchemy.dialects import postgresql
+
+            return postgresql.insert(table)
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert(table)
 
     # -- running operations ----------------------------------------------------
 
