@@ -3,9 +3,9 @@
 Each of them costs megabytes of resident memory in every process of ``serve``
 (asyncssh about 15, Alembic with Mako about 10, keystoneauth1 with requests about
 7, cryptography about 7, asyncpg and aiokafka about 3 each); they are imported where
-they are used. So are SQLAlchemy's ORM and asyncio extension (about 6, PostgreSQL
-only) and the cluster handlers with their steps and YAML (about 2, when cluster
-handlers are on).
+they are used. So are SQLAlchemy's ORM and asyncio extension (about 6) and its PostgreSQL
+dialect (about 2), PostgreSQL only, and the cluster handlers with their steps and
+YAML (about 2, when cluster handlers are on).
 That they still work when used is the business of the ``ssh``, ``tacker`` and
 ``kafka`` tiers and of the PostgreSQL tests.
 """
@@ -39,6 +39,7 @@ UNUSED = (
     "cryptography",
     "sqlalchemy.orm",
     "sqlalchemy.ext.asyncio",
+    "sqlalchemy.dialects.postgresql",
     "handlers.handler",
     "handlers.steps",
     "handlers.instantiate",
