@@ -58,7 +58,7 @@ from subscriber.config import DatabaseSettings, KafkaSettings
 from subscriber.heap import freeze_long_lived
 from subscriber.ingest.kafka import KafkaSource
 from subscriber.store import AppendResult, EventStore, NewEvent, Store
-from subscriber.store.tables import events
+from subscriber.store.tables import events, with_partial_indexes
 from tests.testbed import kafka_broker
 
 PARTITIONS = 3
@@ -241,10 +241,10 @@ class FloorTable:
     async def create(self) -> None:
         # Only the events table: its columns, unique key and indexes.
         if self._sqlite:
-            await self._in_thread(lambda: events.metadata.create_all(self._engine, [events]))
+            await self._in_thread(lambda: with_partial_indexes().create_all(self._engine, [events]))
         else:
             async with self._async.begin() as conn:
-                await conn.run_sync(events.metadata.create_all, [events])
+                await conn.run_sync(with_partial_indexes().create_all, [events])
 
     async def insert(self, rows: Sequence[dict[str, Any]]) -> None:
         if self._sqlite:

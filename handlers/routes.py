@@ -10,14 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from handlers.drain import DrainLeaving
-from handlers.heal import HealCluster
-from handlers.instantiate import InstantiateCluster, ValidateInstantiate
 from handlers.log import LogHandler
-from handlers.rollback import RollbackInstantiate, RollbackScale
-from handlers.scale import ScaleCluster
-from handlers.terminate import TerminateCluster
-from handlers.validate import ValidateParams
 from schemas import LcmOperationStateType as State
 from schemas import LcmOperationType as Op
 from subscriber.config import ClusterSettings, Settings
@@ -28,6 +21,16 @@ __all__ = ["cluster_routes", "default_routing", "routing_for", "services_configu
 
 def cluster_routes(settings: ClusterSettings | None = None) -> tuple[Route, ...]:
     """The cluster operations' routes."""
+    # Imported here: the cluster handlers, their steps and node toolkit (~3 MB a
+    # process) stay out of a serve that only records (cluster handlers off).
+    from handlers.drain import DrainLeaving
+    from handlers.heal import HealCluster
+    from handlers.instantiate import InstantiateCluster, ValidateInstantiate
+    from handlers.rollback import RollbackInstantiate, RollbackScale
+    from handlers.scale import ScaleCluster
+    from handlers.terminate import TerminateCluster
+    from handlers.validate import ValidateParams
+
     settings = settings or ClusterSettings()
     # The hooks' points run these same routes' jobs (schemas/hooks.py): scale_start and
     # heal_start the drain, the *_end points and terminate_start COMPLETED's, the

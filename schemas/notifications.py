@@ -148,7 +148,12 @@ Notification = Annotated[
     Field(discriminator="notificationType"),
 ]
 
-_adapter: TypeAdapter[Notification] = TypeAdapter(Notification)
+# Only keys are cached while parsing JSON: pydantic's default also caches string values
+# up to 64 characters, and every id of a notification is a new UUID. That cache (16,384
+# entries) held ~1 MB in each process of serve once it had parsed a few thousand.
+_adapter: TypeAdapter[Notification] = TypeAdapter(
+    Notification, config=ConfigDict(cache_strings="keys")
+)
 
 
 def _loc_text(loc: tuple[int | str, ...]) -> str:

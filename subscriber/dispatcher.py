@@ -34,6 +34,7 @@ from pathlib import Path
 from schemas import LcmOperationType
 from subscriber.config import DispatchSettings
 from subscriber.errors import LeaseLost
+from subscriber.heap import trim_malloc
 from subscriber.lifecycle import Component, State
 from subscriber.metrics import Metrics
 from subscriber.runner import Runner
@@ -255,6 +256,9 @@ class Dispatcher(Component):
         if not task.cancelled() and task.exception() is not None:
             log.error("lane crashed", extra={"vnfInstanceId": lane}, exc_info=task.exception())
             self._timers[lane] = time.time() + self._settings.backoff_initial
+        if not self._active and not self._dirty:
+            # Nothing runs or waits: what the work freed goes back to the kernel.
+            trim_malloc()
         self._wake.set()
 
     async def _dead_local_owners(self) -> frozenset[str]:

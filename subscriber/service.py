@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 
 from handlers import routing_for
-from handlers.handler import ClusterHandler
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.errors import ConfigError
@@ -170,6 +169,8 @@ class Service(Component):
         # metadata does (the cluster jobs of COMPLETED notifications).
         self.status: StatusReporter | None = None
         if self.works and self.tacker is not None and settings.tacker.report_status:
+            from handlers.handler import ClusterHandler
+
             self.status = StatusReporter(
                 self.tacker, settings.tacker, reports=lambda h: isinstance(h, ClusterHandler)
             )

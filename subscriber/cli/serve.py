@@ -58,9 +58,11 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from subscriber.heap import limit_malloc_arenas
     from subscriber.logs import setup_logging
     from subscriber.service import Service
 
+    limit_malloc_arenas()  # before the store's threads start
     settings = settings_from(args)
     if args.link_fd is not None:  # a worker started afresh by its serve (a restart)
         from subscriber.worker_link import die_with_parent

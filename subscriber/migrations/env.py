@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from subscriber.store.tables import metadata
+from subscriber.store.tables import with_partial_indexes
 
 connection = context.config.attributes.get("connection")
 if connection is None:
@@ -10,7 +10,7 @@ if connection is None:
 
 context.configure(
     connection=connection,
-    target_metadata=metadata,
+    target_metadata=with_partial_indexes(),
     render_as_batch=connection.dialect.name == "sqlite",
 )
 with context.begin_transaction():

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from schemas import VnfLcmOperationOccurrenceNotification
@@ -256,9 +255,7 @@ class EventStore(Component):
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._listeners: list[Callable[[Sequence[AppendedEvent]], None]] = []
         self._observers: list[Callable[[Sequence[AppendObservation]], None]] = []
-        self._insert = (
-            postgresql.insert(events) if db.dialect_name == "postgresql" else sqlite.insert(events)
-        )
+        self._insert = db.insert(events)
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -160,7 +159,7 @@ class LeaseStore:
         self._db = db
         self._writer = writer  # kept for symmetry; lease writes go straight to the database
         self._pg = db.dialect_name == "postgresql"
-        self._insert = postgresql.insert(leases) if self._pg else sqlite.insert(leases)
+        self._insert = db.insert(leases)
         self._lock_timeout = lock_timeout
 
     async def acquire(

@@ -18,6 +18,7 @@ __all__ = [
     "metadata",
     "own_op_occs",
     "steps",
+    "with_partial_indexes",
 ]
 
 metadata = sa.MetaData()
@@ -99,12 +100,28 @@ events = sa.Table(
 sa.Index("ix_events_status_instance", events.c.status, events.c.vnf_instance_id)
 sa.Index("ix_events_instance", events.c.vnf_instance_id, events.c.id)
 sa.Index("ix_events_op_occ", events.c.vnf_lcm_op_occ_id)
-sa.Index(
-    "ix_events_failed_temp_op_occ",
-    events.c.vnf_lcm_op_occ_id,
-    sqlite_where=events.c.operation_state == "FAILED_TEMP",
-    postgresql_where=events.c.operation_state == "FAILED_TEMP",
-)
+_FAILED_TEMP_INDEX = "ix_events_failed_temp_op_occ"
+
+
+def with_partial_indexes() -> sa.MetaData:
+    """:data:`metadata` with the partial index of the op-occs that ever failed
+    temporarily (migration 0005's ``ix_events_failed_temp_op_occ``), for what makes
+    DDL from it or compares a database with it (Alembic's env, a bench's
+    ``create_all``); idempotent.
+
+    Not declared at import: naming ``postgresql_where`` imports SQLAlchemy's
+    PostgreSQL dialect (~2 MB in each process), into a serve on SQLite too. Queries
+    never need the declaration: the database has the index.
+    """
+    if not any(index.name == _FAILED_TEMP_INDEX for index in events.indexes):
+        sa.Index(
+            _FAILED_TEMP_INDEX,
+            events.c.vnf_lcm_op_occ_id,
+            sqlite_where=events.c.operation_state == "FAILED_TEMP",
+            postgresql_where=events.c.operation_state == "FAILED_TEMP",
+        )
+    return metadata
+
 
 jobs = sa.Table(
     "jobs",
