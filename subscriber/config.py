@@ -2,8 +2,9 @@
 
 Sources, highest priority first: command-line flags (applied by the CLI as
 overrides), ``LCCN_*`` environment variables (nested with ``__``, e.g.
-``LCCN_HTTP__PORT``), a YAML or TOML file given with ``--config`` (or
-``LCCN_CONFIG``), then the defaults below.
+``LCCN_HTTP__PORT``), files in the directory ``LCCN_SECRETS_DIR`` names (one
+setting a file, named like its variable: ``lccn_tacker__password``), a YAML or
+TOML file given with ``--config`` (or ``LCCN_CONFIG``), then the defaults below.
 
 Each component receives only its own section. Times are float seconds named
 ``*_timeout`` / ``*_interval``.
@@ -21,6 +22,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
@@ -909,6 +911,35 @@ class LogSettings(_Section):
     the traceback to the CLI's one-line errors."""
 
 
+#: The largest secret file read from ``LCCN_SECRETS_DIR`` (a setting, not a blob).
+_MAX_SECRET_BYTES = 64 * 1024
+
+
+class _SecretsDirSource(EnvSettingsSource):
+    """Settings from files, one a setting, each named like its environment variable
+    (``lccn_tacker__password``, any case): compose and Kubernetes secrets mounted in a
+    directory (``/run/secrets``). The value is the file's text without its surrounding
+    whitespace (the trailing newline); files not named ``lccn_*`` are never read."""
+
+    def __init__(self, settings_cls: type[BaseSettings], directory: Path) -> None:
+        self._directory = directory
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> dict[str, str | None]:
+        directory = self._directory
+        if not directory.is_dir():
+            raise ConfigFileError(f"LCCN_SECRETS_DIR is not a directory: {directory}")
+        found: dict[str, str | None] = {}
+        for path in sorted(directory.iterdir()):
+            name = path.name.lower()
+            if not name.startswith("lccn_") or not path.is_file():
+                continue
+            if path.stat().st_size > _MAX_SECRET_BYTES:
+                raise ConfigFileError(f"secret file too large (> 64 KiB): {path}")
+            found[name] = path.read_text(encoding="utf-8").strip()
+        return found
+
+
 class Settings(BaseSettings):
     """The whole configuration of one lccn-subscriber process."""
 
@@ -962,6 +993,9 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        secrets_dir = os.environ.get("LCCN_SECRETS_DIR")
+        if secrets_dir:
+            sources.append(_SecretsDirSource(settings_cls, Path(secrets_dir)))
         path = cls._config_file
         if path is not None:
             if path.suffix.lower() == ".toml":

@@ -2,13 +2,15 @@
 
 Every lccn-subscriber service's command parses with the real CLI; every
 ``LCCN_*`` variable names a real settings field and the whole environment
-validates as settings; callback auth is on; no secret has a default value.
+validates as settings; callback auth is on; no secret has a default value, and the
+serving replicas' secrets are compose secrets (files), each a real setting.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +26,20 @@ COMPOSE = REPO / "compose.yaml"
 INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|KEY", re.IGNORECASE)
 # What the operator exports, for the settings check.
-OPERATOR_ENV = {"LCCN_DB_PASSWORD": "pw-from-env", "LCCN_CALLBACK_PASSWORD": "cb-from-env"}
+OPERATOR_ENV = {
+    "LCCN_DB_PASSWORD": "pw-from-env",
+    "LCCN_KEYSTONE_URL": "https://keystone.example:5000/v3",
+    "LCCN_TACKER_USER": "tacker-user",
+    "LCCN_TACKER_PROJECT": "nfv",
+    "LCCN_OPENSTACK_USER": "os-user",
+    "LCCN_OPENSTACK_PROJECT": "vnfs",
+}
+
+
+def _secret_variable(key: str) -> bool:
+    """Whether a variable holds a secret (not a file's path, nor a policy)."""
+    not_secrets = ("LCCN_SECRETS_DIR", "LCCN_SSH__CLIENT_KEYS", "LCCN_SSH__HOST_KEY_POLICY")
+    return bool(SECRET_NAME.search(key)) and not key.endswith("_FILE") and key not in not_secrets
 
 
 def _compose() -> dict[str, Any]:
@@ -99,10 +114,12 @@ def test_each_command_parses_with_the_real_cli(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(_ours(_compose())))
 def test_every_lccn_variable_is_a_real_setting_and_the_environment_validates(
-    name: str, monkeypatch: pytest.MonkeyPatch
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    env = _environment(_ours(_compose())[name])
-    names = [k for k in env if k.startswith("LCCN_")]
+    compose = _compose()
+    svc = _ours(compose)[name]
+    env = _environment(svc)
+    names = [k for k in env if k.startswith("LCCN_") and k != "LCCN_SECRETS_DIR"]
     assert names
     for key in names:
         parts = key.removeprefix("LCCN_").lower().split("__")
@@ -112,18 +129,59 @@ def test_every_lccn_variable_is_a_real_setting_and_the_environment_validates(
             monkeypatch.delenv(key)
     for key, value in env.items():
         monkeypatch.setenv(key, _interpolate(value, OPERATOR_ENV))
+    if "LCCN_SECRETS_DIR" in env:
+        _mount_secrets(compose, svc, tmp_path)
+        monkeypatch.setenv("LCCN_SECRETS_DIR", str(tmp_path))
     settings = load_settings()  # validates every value, as the container would
     assert settings.database.url.startswith("postgresql+asyncpg://lccn:pw-from-env@")
 
 
-def test_callback_auth_is_on_in_the_serving_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = _environment(_ours(_compose())["lccn-subscriber"])
+def _mount_secrets(compose: dict[str, Any], svc: dict[str, Any], run: Path) -> dict[str, str]:
+    """The service's secrets as compose mounts them (``run`` standing for /run/secrets),
+    each file holding ``value-of-TARGET``; returns target -> value."""
+    declared = compose.get("secrets") or {}
+    mounted = {}
+    for entry in svc.get("secrets") or []:
+        source = entry if isinstance(entry, str) else entry["source"]
+        target = source if isinstance(entry, str) else entry.get("target", source)
+        assert source in declared and "file" in declared[source], f"{source}: not a file secret"
+        assert "/" not in target
+        mounted[target] = f"value-of-{target}"
+        (run / target).write_text(mounted[target] + "\n")
+    return mounted
+
+
+def test_the_replicas_get_every_secret_from_compose_secrets_and_run_the_cluster_handlers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    compose = _compose()
+    svc = _ours(compose)["lccn-subscriber"]
+    env = _environment(svc)
+    for key in list(os.environ):
+        if key.startswith("LCCN_"):
+            monkeypatch.delenv(key)
     for key, value in env.items():
         monkeypatch.setenv(key, _interpolate(value, OPERATOR_ENV))
-    auth = load_settings().auth
+    assert env["LCCN_SECRETS_DIR"] == "/run/secrets"
+    mounted = _mount_secrets(compose, svc, tmp_path)
+    monkeypatch.setenv("LCCN_SECRETS_DIR", str(tmp_path))
+    settings = load_settings()
+    auth = settings.auth
     assert auth.basic.enabled or auth.oauth2.enabled or auth.mtls.enabled
     assert env.get("LCCN_HTTP__HOST") != "0.0.0.0" or auth.basic.enabled or auth.oauth2.enabled
-    assert auth.basic.password.get_secret_value() == "cb-from-env"
+    # Each secret setting is its file's value: none comes from the environment.
+    assert auth.basic.password.get_secret_value() == mounted["lccn_auth__basic__password"]
+    assert settings.hooks.token is not None
+    assert settings.hooks.token.get_secret_value() == mounted["lccn_hooks__token"]
+    assert settings.tacker.password.get_secret_value() == mounted["lccn_tacker__password"]
+    assert settings.openstack.password.get_secret_value() == mounted["lccn_openstack__password"]
+    # The key and known_hosts are mounted where the settings name them.
+    assert settings.ssh.client_keys == (Path("/run/secrets/ssh_key"),)
+    assert settings.ssh.known_hosts == Path("/run/secrets/known_hosts")
+    assert settings.ssh.host_key_policy == "strict"  # read-only known_hosts: nothing recorded
+    assert {"ssh_key", "known_hosts"} <= set(mounted)
+    assert settings.cluster.handlers == "on"
+    assert settings.tacker.auth_type == "password" and settings.openstack.enabled
 
 
 def test_no_secret_has_a_default_or_a_literal_value() -> None:
@@ -133,7 +191,7 @@ def test_no_secret_has_a_default_or_a_literal_value() -> None:
             assert m["op"] in (":?", "?"), f"${{{m['name']}}} must be required, not defaulted"
     for name, svc in _compose()["services"].items():
         for key, value in _environment(svc).items():
-            if SECRET_NAME.search(key) and not key.endswith("_FILE"):
+            if _secret_variable(key):
                 assert INTERPOLATION.fullmatch(value), f"{name}: {key} is a literal secret"
             if "://" in value and "@" in value:  # a URL's userinfo
                 userinfo = value.split("://", 1)[1].split("@", 1)[0]
@@ -147,4 +205,6 @@ def test_the_required_secrets_really_are_required() -> None:
     with pytest.raises(AssertionError, match="refuse to start"):
         _interpolate(env["LCCN_DATABASE__URL"], {})
     with pytest.raises(AssertionError, match="refuse to start"):
-        _interpolate(env["LCCN_AUTH__BASIC__PASSWORD"], {"LCCN_CALLBACK_PASSWORD": ""})
+        _interpolate(env["LCCN_TACKER__AUTH_URL"], {"LCCN_KEYSTONE_URL": ""})
+    # No password or token of ours is an environment value at all.
+    assert not [k for k in env if _secret_variable(k) and k != "LCCN_DATABASE__URL"]
