@@ -5,6 +5,7 @@ the jobs)."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import signal
@@ -19,6 +20,22 @@ import aiohttp
 
 from tests import REPO
 from tests.conftest import free_port
+
+#: Every ``serve`` a test started: any still running when the tests end is stopped, and
+#: named on stderr (a test that leaves one running has a teardown to fix).
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for proc in _STARTED:
+        if proc.poll() is None:
+            print(
+                f"tests: a serve was left running: {' '.join(map(str, proc.args))}", file=sys.stderr
+            )
+            proc.kill()
+            proc.wait(10)
+
 
 #: A home that holds no configuration, outside the checkout: a program run with it may
 #: still create its store's lock files there.
@@ -115,6 +132,7 @@ class ServeProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
+        _STARTED.append(self.proc)
         return self
 
     def alive(self) -> bool:

@@ -78,10 +78,10 @@ async def test_a_relay_killed_mid_stream_acknowledged_only_what_the_topic_holds(
     tmp_path: Path,
 ) -> None:
     broker = kafka_broker.start_broker(log=tmp_path / "tansu.log")
+    topic = uid("relay-kill")
+    relay = relay_process(tmp_path, broker.bootstrap, topic, "relay-a")
     try:
-        topic = uid("relay-kill")
         await create_topic(broker.bootstrap, topic, partitions=3)
-        relay = relay_process(tmp_path, broker.bootstrap, topic, "relay-a")
         relay.start()
         await relay.ready()
         stream = Stream(lambda: [relay.url], senders=3, pause=0.01)
@@ -105,6 +105,7 @@ async def test_a_relay_killed_mid_stream_acknowledged_only_what_the_topic_holds(
         assert not missing, sorted(missing)[:5]
         assert len(stream.acked) > acked_at_kill  # the restarted relay produced again
     finally:
+        relay.stop()  # the restarted one: it outlived the run before
         broker.stop()
 
 
