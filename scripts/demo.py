@@ -236,13 +236,19 @@ class Serve:
 def side_by_side(tacker: TackerClient, serve: Serve, occ: dict[str, Any], t0: float) -> None:
     """Tacker's op-occ state next to serve's jobs for it (raises if either failed)."""
     state = occ["operationState"]
-    say(f"  Tacker: {occ['operation']} {state} ({elapsed(t0)} after the request)")
-    for event in serve.handled(occ["id"], state):
-        if event["operationState"] == state and event["status"] in ("done", "failed"):
-            say(
-                f"  serve:  {event['operationState']} (from {event['source']}): job"
-                f" {event['status']} (event {event['id']})"
-            )
+    lines = [f"  Tacker: {occ['operation']} {state} ({elapsed(t0)} after the request)"]
+    try:
+        events = serve.handled(occ["id"], state)
+    except DemoError:
+        say(lines[0])
+        raise
+    lines += [
+        f"  serve:  {event['operationState']} (from {event['source']}): job"
+        f" {event['status']} (event {event['id']})"
+        for event in events
+        if event["operationState"] == state and event["status"] in ("done", "failed")
+    ]
+    say("\n".join(lines))  # in one write: the live step lines never fall between
     if state != "COMPLETED":
         raise DemoError(
             f"Tacker's {occ['operation']} ended {occ['operationState']}: {occ.get('error')}"

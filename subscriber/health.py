@@ -95,6 +95,11 @@ class Health:
             self._cached = (time.monotonic(), ready, by_name)
             return ready, by_name
 
+    def invalidate(self) -> None:
+        """Forget the cached answer: a change the checks would see (a worker died) shows
+        at the next ``/readyz``, not ``cache_ttl`` later."""
+        self._cached = None
+
     async def passing(self) -> dict[str, bool]:
         """Each check's name and whether it passes (``lccn_ready`` in ``/metrics``)."""
         _, results = await self.readiness()

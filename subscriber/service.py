@@ -196,7 +196,7 @@ class Service(Component):
                 worker_argv,
                 settings.dispatch.graceful_timeout,
                 forked=worker_fork,
-                on_exit=self.metrics.worker_exited,
+                on_exit=self._worker_exited,
             )
             self.store.events.add_listener(self.worker.on_appended)
             self.metrics.watch_worker(lambda: self.worker is not None and self.worker.alive)
@@ -338,6 +338,11 @@ class Service(Component):
 
         self.health.register("kafka", ready)
         self.metrics.add_scrape_hook(lag)
+
+    def _worker_exited(self, code: int) -> None:
+        """The worker died: counted, and ``/readyz`` says so now, not after its cache."""
+        self.metrics.worker_exited(code)
+        self.health.invalidate()
 
     @property
     def port(self) -> int | None:
