@@ -164,12 +164,23 @@ def hooked_loop(
             }
         )
     )
-    loop = Loop(tacker, host_sim, hosts, proc, recorder)
     try:
-        tacker.wait_subscribed(proc.callback_url)
-        yield loop
+        with running_loop(Loop(tacker, host_sim, hosts, proc, recorder)) as loop:
+            yield loop
     finally:
         bed.hook_config.unlink(missing_ok=True)  # the other tests run without the hook
+
+
+@contextlib.contextmanager
+def running_loop(loop: Loop) -> Iterator[Loop]:
+    """``loop`` once its started ``serve`` is subscribed; at the end, whatever the test
+    left: the hosts reachable and on the network again, the instance given up (its failed
+    op-occ failed for good, terminated, deleted), serve stopped and unsubscribed."""
+    tacker, proc, hosts = loop.tacker, loop.serve, loop.hosts
+    try:
+        tacker.wait_subscribed(proc.callback_url, timeout=60)
+        yield loop
+    finally:
         hosts.set_join_delay(0.0)
         for host in hosts.hosts:
             reachable(host)

@@ -34,7 +34,7 @@ from tests.testbed.tacker_api import (
     wait_for,
 )
 
-from .conftest import give_up, reachable, serve_config, unreachable
+from .conftest import give_up, reachable, running_loop, serve_config, unreachable
 from .day2 import ADMIN_CONF, Loop, kubeadm_calls
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.usefixtures("fresh_cluster")]
@@ -328,19 +328,8 @@ def plain_loop(
     config["tacker"] = {**config["tacker"], "reconcile_interval": RECONCILE}
     proc = ServeProcess(tmp_path, config=config)
     proc.start()
-    loop = Loop(tacker, host_sim, hosts, proc, recorder)
-    try:
-        tacker.wait_subscribed(proc.callback_url, timeout=60)
+    with running_loop(Loop(tacker, host_sim, hosts, proc, recorder)) as loop:
         yield loop
-    finally:
-        for host in hosts.hosts:
-            reachable(host)
-        if not proc.alive():
-            proc.start()
-        if loop.inst:
-            give_up(loop)
-        proc.stop()
-        tacker.unsubscribe_all(proc.callback_url)
 
 
 def lccn_status(loop: Loop, state: str, op_occ: str) -> dict[str, Any]:
