@@ -51,7 +51,9 @@ async def guarded(
         http=HttpSettings(host="127.0.0.1", port=free_port()),
         database=DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"),
         dispatch=DispatchSettings(rescan_interval=0.5, backoff_initial=0.2, max_attempts=3),
-        tacker=tacker_settings(bed),
+        # No reconciler: it would store the real instance's own op-occs beside the forged
+        # notification (it is on by default, and reaches back past the store's start).
+        tacker=tacker_settings(bed, reconcile_interval=0),
     )
     svc = Service(
         settings,
