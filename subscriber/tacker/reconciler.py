@@ -79,6 +79,12 @@ def _format_time(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _format_exact(value: dt.datetime) -> str:
+    """To the microsecond, as Tacker's ``stateEnteredTime`` is: the floor, truncated to
+    the second, would let in what ended up to a second before the first start."""
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def synthesise(
     occ: dict[str, Any], state: str, *, api: str, subscription_id: str, current: bool
 ) -> dict[str, Any]:
@@ -161,9 +167,9 @@ class Reconciler(Component):
 
     async def _start(self) -> None:
         if await self._store.tacker.get_value(WATERMARK_KEY) is None:
-            now = _format_time(dt.datetime.now(dt.UTC))
-            await self._store.tacker.set_value(FLOOR_KEY, now)
-            await self._store.tacker.set_value(WATERMARK_KEY, now)
+            now = dt.datetime.now(dt.UTC)
+            await self._store.tacker.set_value(FLOOR_KEY, _format_exact(now))
+            await self._store.tacker.set_value(WATERMARK_KEY, _format_time(now))
         self._spawn("tacker-reconciler", self._loop, restart=True)
 
     async def _loop(self) -> None:

@@ -323,7 +323,8 @@ async def test_the_reconciler_loop_is_restarted_after_a_crash(
     store: Store, op_occ_server: OpOccServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LIFECYCLE_LOG)
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Entered after the reconciler's first start: nothing from before it is read.
+    now = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     # An op-occ without "operation": synthesise() fails on it with a KeyError, which
     # the loop does not expect (it only survives LccnError). Its ids are well formed:
     # one whose ids are not is skipped before synthesise() (schemas.ids).
