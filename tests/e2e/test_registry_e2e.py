@@ -12,9 +12,7 @@ are not real.
 
 from __future__ import annotations
 
-import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,28 +46,9 @@ def e2e_registry(hosts: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture(scope="module")
-def registry_vnfd(
-    bed: tb.BedState, e2e_registry: Any, tmp_path_factory: pytest.TempPathFactory
-) -> str:
+def registry_vnfd(bed: tb.BedState, e2e_registry: Any) -> str:
     """The sample package plus the registry's CA, onboarded to the real Tacker: its vnfdId."""
-    if str(tb.SCRIPTS) not in sys.path:
-        sys.path.insert(0, str(tb.SCRIPTS))
-    from build_vnf_package import build_package
-
-    out = tmp_path_factory.mktemp("package")
-    last: Exception | None = None
-    for attempt in range(1, 4):  # a lost RPC cast leaves a package UPLOADING: a fresh one
-        zip_path, vnfd_id = build_package(out / f"registry_{attempt}.zip")
-        with zipfile.ZipFile(zip_path, "a") as archive:
-            archive.writestr(CA_PATH, e2e_registry.ca_pem)
-        try:
-            tb.onboard(bed, zip_path, timeout=30.0 if attempt < 3 else 60.0, record=False)
-            return vnfd_id
-        except tb.BedError as exc:
-            last = exc
-            if "UPLOADING" not in str(exc):
-                raise
-    raise AssertionError(f"the registry package was not onboarded: {last}")
+    return tb.build_and_onboard(bed, extra={CA_PATH: e2e_registry.ca_pem})
 
 
 def registry_entry(reg: Any, password: str) -> list[dict[str, Any]]:

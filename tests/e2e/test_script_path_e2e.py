@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -54,27 +52,10 @@ SITE_SCRIPT = OURS.replace('phase "done" mark_done\n', STEP + 'phase "done" mark
 
 
 @pytest.fixture(scope="module")
-def site_vnfd(bed: tb.BedState, tmp_path_factory: pytest.TempPathFactory) -> str:
+def site_vnfd(bed: tb.BedState) -> str:
     """The sample package plus ``SITE_SCRIPT`` at ``SCRIPT_PATH``, onboarded: its vnfdId."""
     assert SITE_SCRIPT != OURS
-    if str(tb.SCRIPTS) not in sys.path:
-        sys.path.insert(0, str(tb.SCRIPTS))
-    from build_vnf_package import build_package
-
-    out = tmp_path_factory.mktemp("package")
-    last: Exception | None = None
-    for attempt in range(1, 4):  # a lost RPC cast leaves a package UPLOADING: a fresh one
-        zip_path, vnfd_id = build_package(out / f"site_{attempt}.zip")
-        with zipfile.ZipFile(zip_path, "a") as archive:
-            archive.writestr(SCRIPT_PATH, SITE_SCRIPT)
-        try:
-            tb.onboard(bed, zip_path, timeout=30.0 if attempt < 3 else 60.0, record=False)
-            return vnfd_id
-        except tb.BedError as exc:
-            last = exc
-            if "UPLOADING" not in str(exc):
-                raise
-    raise AssertionError(f"the site package was not onboarded: {last}")
+    return tb.build_and_onboard(bed, extra={SCRIPT_PATH: SITE_SCRIPT})
 
 
 def private(hosts: Any, loop: Loop, address: str, path: str) -> Path:

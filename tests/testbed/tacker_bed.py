@@ -39,6 +39,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -660,10 +661,16 @@ def register_openstack_vim(
     return vim_id
 
 
-def build_and_onboard(state: BedState, package: str = "kubernetes_cluster") -> str:
+def build_and_onboard(
+    state: BedState,
+    package: str = "kubernetes_cluster",
+    *,
+    extra: dict[str, str | bytes] | None = None,
+) -> str:
     """Build a sample package with a fresh vnfdId and onboard it; returns the vnfdId.
 
-    ``package`` names a directory of ``scripts/vnf_package/``; only the default one (the
+    ``package`` names a directory of ``scripts/vnf_package/``; ``extra``: files added to
+    the zip (path in the package -> content). Only the default package as it is (the
     cluster VNF) becomes the bed's own package (``state.vnfd_id``).
     """
     if str(SCRIPTS) not in sys.path:
@@ -676,14 +683,18 @@ def build_and_onboard(state: BedState, package: str = "kubernetes_cluster") -> s
     # its vnfdId taken) rather than fail the whole bed.
     for attempt in range(1, 4):
         zip_path, vnfd_id = build_package(
-            Path(state.workdir) / f"{package}_{attempt}.zip", package=package
+            Path(state.workdir) / f"{package}_{uuid.uuid4().hex[:8]}_{attempt}.zip",
+            package=package,
         )
+        with zipfile.ZipFile(zip_path, "a") as archive:
+            for name, content in (extra or {}).items():
+                archive.writestr(name, content)
         try:
             onboard(
                 state,
                 zip_path,
                 timeout=30.0 if attempt < 3 else 60.0,
-                record=package == DEFAULT_PACKAGE,
+                record=package == DEFAULT_PACKAGE and not extra,
             )
             return vnfd_id
         except BedError as exc:
