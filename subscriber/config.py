@@ -835,6 +835,10 @@ class TackerSettings(_Section):
     echo_intent_ttl: float = Field(default=600.0, gt=0)
     """How long an "expected echo" (recorded before a PATCH whose 202 never arrived: crash,
     timeout) still claims MODIFY_INFO op-occs of its instance."""
+    echo_confirm_wait: float = Field(default=5.0, ge=0)
+    """Seconds a MODIFY_INFO notification of an instance with a PATCH of ours in flight waits
+    for that PATCH's 202 (its op-occ id) before Tacker is asked whose it is: Tacker may
+    notify before it answers, and v1 cannot show a MODIFY_INFO op-occ at all."""
     register_vim: bool | None = None
     """Register each cluster as a Kubernetes VIM (``POST /v1.0/vims``) and delete it at
     TERMINATE: ``true`` for every instance, ``false`` for none; unset, for the instances

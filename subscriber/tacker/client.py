@@ -45,6 +45,7 @@ from subscriber.tacker.ports import EchoRecorder
 from subscriber.vim_connection import entry_id, v1_list_patch, vim_connection_entry
 
 __all__ = [
+    "STATUS_KEY",
     "Response",
     "TackerClient",
     "filter_value",
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 
 API_VERSIONS = {"v1": "1.3.0", "v2": "2.0.0"}
 MERGE_PATCH = "application/merge-patch+json"
+#: The instance ``metadata`` key of our status report (``subscriber/status.py``).
+STATUS_KEY = "lccn"
 _FAILED_STATES = {"FAILED_TEMP", "FAILED", "ROLLED_BACK"}
 
 
@@ -432,7 +435,7 @@ class TackerClient(Component):
             as :meth:`patch_vnf_instance`.
         """
         value: Any = status if api == "v2" else json.dumps(status, separators=(",", ":"))
-        return await self._patch_own(vnf_instance_id, {"metadata": {"lccn": value}}, api=api)
+        return await self._patch_own(vnf_instance_id, {"metadata": {STATUS_KEY: value}}, api=api)
 
     async def _patch_own(
         self, vnf_instance_id: str, body: dict[str, Any], *, api: ApiVersion

@@ -5,22 +5,31 @@ Tacker runs a MODIFY_INFO op-occ for each write-back and notifies about it
 status ``echo`` and never routed to a handler. An operator's MODIFY_INFO is
 handled normally.
 
-The race: Tacker may send PROCESSING before our PATCH call has returned its
-202 (and so before we know the op-occ id). Two things close it:
+The race: Tacker may send PROCESSING (even COMPLETED: v1 casts the PATCH to its
+conductor and answers 202 at once) before our PATCH call has returned its 202, and so
+before we know the op-occ id. Three things close it:
 
 1. The write-back runs as a step of a job on the instance's lane, and every
    notification of that instance queues on the same lane, so none of them is
    looked at until the step (PATCH, id recorded, wait for COMPLETED) is over.
    Other replicas cannot take the lane while we hold its lease.
-2. If the process died between the PATCH and recording the id, the intent
-   written *before* the PATCH is still open: a MODIFY_INFO of that instance is
+2. The status report (``subscriber/status.py``) is sent after its job, outside
+   any lane: a MODIFY_INFO of an instance with a PATCH of ours still in flight
+   (an intent with no op-occ id yet) waits up to ``echo_confirm_wait`` for the
+   202 to be recorded, then reads the ledger again.
+3. If the process died between the PATCH and recording the id, the intent
+   written *before* the PATCH stays open: a MODIFY_INFO of that instance is
    then checked against Tacker, and is ours if its ``operationParams`` (the
-   PATCH body) carry our entry under our key and nothing else. It is then
-   recorded, so the next transition of that op-occ needs no Tacker call.
+   PATCH body) carry our entry under our key, or our ``lccn`` status, and
+   nothing else. It is then recorded, so the next transition of that op-occ
+   needs no Tacker call. Tacker 16.0.0's v1 cannot show a MODIFY_INFO op-occ
+   (it parses the stored request, a Python dict's text, as JSON and answers
+   500), so a v1 notification is not checked: it is handled as an operator's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -29,7 +38,7 @@ from schemas import LcmOperationType, Notification, VnfLcmOperationOccurrenceNot
 from schemas.lcm import api_version, operation_params
 from subscriber.config import TackerSettings
 from subscriber.errors import LccnError
-from subscriber.tacker.client import TackerClient
+from subscriber.tacker.client import STATUS_KEY, TackerClient
 from subscriber.tacker.ports import EchoLedger
 from subscriber.vim_connection import entry_id
 
@@ -37,11 +46,17 @@ __all__ = ["EchoFilter", "is_own_patch"]
 
 log = logging.getLogger(__name__)
 
+_CONFIRM_POLL = 0.05
+
 
 def is_own_patch(operation_params: Any, vnf_instance_id: str, key: str) -> bool:
-    """Whether a MODIFY_INFO's request body is exactly one of our write-backs."""
+    """Whether a MODIFY_INFO's request body is exactly one of our write-backs or status
+    reports."""
     if not isinstance(operation_params, dict):
         return False
+    if set(operation_params) == {"metadata"}:
+        metadata = operation_params["metadata"]
+        return isinstance(metadata, dict) and set(metadata) == {STATUS_KEY}
     if set(operation_params) - {"vimConnectionInfo"}:
         return False
     vci = operation_params.get("vimConnectionInfo")
@@ -90,7 +105,15 @@ class EchoFilter:
         if self._client is None:
             return False
         since = time.time() - self._settings.echo_intent_ttl
-        if not await self._ledger.open_intents(notification.vnfInstanceId, since):
+        settled = await self._settled(occ_id, notification.vnfInstanceId, since)
+        if settled is not None:
+            return settled
+        if api_version(notification) == "v1":
+            log.warning(
+                "a MODIFY_INFO of an instance with a PATCH of ours unanswered; Tacker's v1 "
+                "cannot show it, so it is handled as an operator's",
+                extra={"vnfLcmOpOccId": occ_id},
+            )
             return False
         try:
             occ = await self._client.get_op_occ(occ_id, api=api_version(notification))
@@ -105,3 +128,15 @@ class EchoFilter:
             await self._ledger.record_own(notification.vnfInstanceId, occ_id)
             return True
         return False
+
+    async def _settled(self, occ_id: str, vnf_instance_id: str, since: float) -> bool | None:
+        """Whether ``occ_id`` is ours once our PATCHes of the instance in flight got their
+        202 (up to ``echo_confirm_wait``); None: one is still unanswered."""
+        deadline = time.monotonic() + self._settings.echo_confirm_wait
+        while await self._ledger.open_intents(vnf_instance_id, since):
+            if await self._ledger.is_own(occ_id):
+                return True
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(_CONFIRM_POLL)
+        return await self._ledger.is_own(occ_id)

@@ -100,15 +100,32 @@ def our_echoes(loop: V1Loop, count: int | None = None) -> bool:
     """Every MODIFY_INFO of the instance (``count`` of them) is ours: its PROCESSING and
     COMPLETED are stored as our echo."""
     occs = modify_occs(loop.serve, loop.inst)
-    rows = loop.serve.rows(
-        "SELECT status FROM events WHERE vnf_instance_id = ? AND operation = 'MODIFY_INFO'",
-        loop.inst,
-    )
+    rows = modify_rows(loop)
     return (
         (count is None or len(occs) == count)
-        and {r[0] for r in rows} == {"echo"}
+        and {r[2] for r in rows} == {"echo"}
         and (len(rows) == 2 * len(occs))
     )
+
+
+def wait_our_echoes(loop: V1Loop, count: int | None = None) -> None:
+    """Wait for :func:`our_echoes`; a timeout names the MODIFY_INFO rows serve holds."""
+    try:
+        wait_for(lambda: our_echoes(loop, count), timeout=30, interval=0.2, what="our echoes")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {modify_rows(loop)}") from None
+
+
+def modify_rows(loop: V1Loop) -> list[tuple[Any, ...]]:
+    """serve's MODIFY_INFO events of the instance: (op-occ, state, status)."""
+    return [
+        tuple(r)
+        for r in loop.serve.rows(
+            "SELECT vnf_lcm_op_occ_id, operation_state, status FROM events"
+            " WHERE vnf_instance_id = ? AND operation = 'MODIFY_INFO' ORDER BY id",
+            loop.inst,
+        )
+    ]
 
 
 def modify_occs(serve: ServeProcess, inst: str) -> list[str]:
@@ -143,7 +160,7 @@ def test_v1_simple_cluster_through_scale_heal_and_terminate(
     # Our PATCHes, the write-back and then the lccn status entry (JSON text: v1 keeps
     # metadata as strings), made two MODIFY_INFOs whose v1 notifications are our echo.
     assert lccn_status(loop, "INSTANTIATE")["state"] == "done"
-    wait_for(lambda: our_echoes(loop, 2), timeout=30, interval=0.2, what="two MODIFY_INFOs")
+    wait_our_echoes(loop, 2)
 
     # SCALE_OUT by aspect: a ScalingPolicy signal adds a worker; it joins.
     out = loop.scale("SCALE_OUT")
@@ -199,7 +216,7 @@ def test_v1_simple_cluster_through_scale_heal_and_terminate(
     assert after["instantiationState"] == "NOT_INSTANTIATED"
     assert "vimConnectionInfo" not in after or after["vimConnectionInfo"] == []
     assert lccn_status(loop, "TERMINATE")["state"] == "done"
-    wait_for(lambda: our_echoes(loop), timeout=30, interval=0.2, what="our MODIFY_INFOs")
+    wait_our_echoes(loop)
 
 
 def test_v1_complex_cluster_heals_a_master(v1_vnfd: str, hosts: Any, loop: V1Loop) -> None:

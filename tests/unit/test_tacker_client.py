@@ -4,6 +4,8 @@ retry/backoff classification, write-back shape and echo intents, VIM registratio
 from __future__ import annotations
 
 import ast
+import asyncio
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -344,6 +346,72 @@ async def test_echo_filter_reads_its_ledger_port_and_checks_open_notes_with_tack
         assert await echo.is_echo(notification)
         assert ("record_own", inst, occ) in ledger.calls
         assert await EchoFilter(ledger, settings(fake.url)).is_echo(notification)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_echo_filter_waits_for_the_202_of_a_patch_in_flight(
+    fake: ScriptedTacker, version: int
+) -> None:
+    """Tacker notifies a MODIFY_INFO before its PATCH's 202 is recorded (v1 casts it to the
+    conductor): the filter waits for the 202 rather than ask Tacker, which v1 cannot
+    answer."""
+    ledger = MemoryEchoRecorder(fake)
+    inst, occ = f"inst-{uuid.uuid4().hex[:8]}", f"occ-{uuid.uuid4().hex[:8]}"
+    notification = parse_notification_data(
+        op_occ(
+            instance=inst,
+            op_occ_id=occ,
+            operation="MODIFY_INFO",
+            state="PROCESSING",
+            version=version,
+        )
+    )
+    intent = await ledger.expect_echo(inst)
+
+    async def answered() -> None:
+        await asyncio.sleep(0.3)
+        await ledger.confirm_echo(intent, occ)
+
+    async with TackerClient(settings(fake.url)) as client:
+        echo = EchoFilter(ledger, settings(fake.url), client)
+        confirming = asyncio.create_task(answered())
+        assert await echo.is_echo(notification)
+        await confirming
+        assert fake.seen == []  # Tacker was never asked
+        # An operator's MODIFY_INFO while another PATCH of ours is in flight and answered
+        # with its own op-occ: not ours.
+        other = await ledger.expect_echo(inst)
+        theirs = parse_notification_data(
+            op_occ(instance=inst, operation="MODIFY_INFO", state="PROCESSING", version=version)
+        )
+        confirming = asyncio.create_task(ledger.confirm_echo(other, "occ-ours"))
+        assert not await echo.is_echo(theirs)
+        await confirming
+        assert fake.seen == []
+
+
+async def test_echo_filter_does_not_ask_v1_for_a_modify_info_it_cannot_show(
+    fake: ScriptedTacker,
+) -> None:
+    ledger = MemoryEchoRecorder(fake)
+    inst = f"inst-{uuid.uuid4().hex[:8]}"
+    notification = parse_notification_data(
+        op_occ(instance=inst, operation="MODIFY_INFO", state="PROCESSING", version=1)
+    )
+    await ledger.expect_echo(inst)  # a PATCH whose 202 never came back
+    async with TackerClient(settings(fake.url)) as client:
+        echo = EchoFilter(ledger, settings(fake.url, echo_confirm_wait=0.1), client)
+        assert not await echo.is_echo(notification)
+    assert fake.seen == []
+
+
+def test_our_status_report_is_an_own_patch_and_nothing_else_is() -> None:
+    entry = {"state": "done", "operation": "INSTANTIATE"}
+    assert is_own_patch({"metadata": {"lccn": entry}}, "inst-1", "k8s")
+    assert is_own_patch({"metadata": {"lccn": json.dumps(entry)}}, "inst-1", "k8s")  # v1 text
+    assert not is_own_patch({"metadata": {"lccn": entry, "owner": "x"}}, "inst-1", "k8s")
+    assert not is_own_patch({"metadata": {"lccn": entry}, "vnfInstanceName": "x"}, "i", "k8s")
+    assert not is_own_patch({"metadata": "lccn"}, "inst-1", "k8s")
 
 
 def test_the_client_and_the_echo_filter_do_not_import_the_store() -> None:
