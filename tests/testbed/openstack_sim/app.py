@@ -1,8 +1,8 @@
 """A simulated OpenStack: the Keystone, Heat, Glance and Nova calls Tacker 16.0.0 makes.
 
 One aiohttp application on one port answers, under path prefixes that its Keystone
-catalog names (``identity``, ``orchestration``, ``image``, ``compute``; each with
-public, internal and admin endpoints in ``RegionOne``):
+catalog names (``identity``, ``orchestration``, ``image``, ``compute``,
+``key-manager``; each with public, internal and admin endpoints in ``RegionOne``):
 
 * Keystone v3 (``/identity``): version discovery, password tokens (``X-Subject-Token``
   and a catalog pointing at this server), ``GET /v3/regions`` (with a token); a wrong
@@ -20,6 +20,8 @@ public, internal and admin endpoints in ``RegionOne``):
 * Glance v2 (``/image``): image list (``tag``, ``name``), show, create, upload, delete.
 * Nova v2.1 (``/compute``): ``os-availability-zone/detail``, ``servers/{id}`` with
   ``OS-EXT-SRV-ATTR:host`` and ``server_groups``, servers list, ``os-server-groups``.
+* Barbican v1 (``/key-manager``): the secrets Tacker keeps its Kubernetes VIMs' Fernet
+  keys in (:mod:`tests.testbed.openstack_sim.barbican`).
 * Control (``/_sim``): ``faults`` (POST one, GET all, DELETE all), ``state`` (servers,
   ports, stacks), ``calls`` (every call seen, oldest first), ``health``.
 
@@ -49,11 +51,10 @@ real Heat does when a server cannot be built).
 
 Every call is logged (``/_sim/calls``: method, path, status, whether a fault answered).
 
-Left out: Neutron, Cinder, Placement and Barbican APIs (a Kubernetes VIM cannot be
-registered with Tacker here: it needs Barbican); token expiry and revocation; policy
-and roles; pagination; microversion negotiation (any ``OpenStack-API-Version`` is
-answered as 2.79); cooldowns and the alarms that signal policies; real asynchrony
-(stack operations, signals included, are complete when the call returns).
+Left out: Neutron, Cinder and Placement APIs, Barbican beyond secrets; token expiry
+and revocation; policy and roles; pagination; microversion negotiation (any
+``OpenStack-API-Version`` is answered as 2.79); cooldowns and the alarms that signal
+policies; real asynchrony (stack operations, signals included, are complete when the call returns).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .barbican import PREFIX as KEY_MANAGER
+from .barbican import KeyManager
 from .heat import AddressPool, HeatEngine, HeatError, Stack, parse_template
 from .volumes import LoopDevices, VolumeRegistry
 
@@ -123,7 +126,7 @@ class SimConfig:
 class Fault:
     """One injected fault. ``times`` = 0 means every matching call until cleared."""
 
-    service: str = "*"  # identity | orchestration | image | compute | *
+    service: str = "*"  # identity | orchestration | image | compute | key-manager | *
     method: str = "*"
     path: str = ".*"  # regex searched in the path after the service prefix
     status: int | None = 500
@@ -187,6 +190,7 @@ class OpenStackSim:
         self.faults: list[Fault] = []
         self.calls: list[dict[str, Any]] = []
         self.images: dict[str, dict[str, Any]] = {}
+        self.key_manager = KeyManager(lambda: self.url)
         self._tokens: set[str] = set()
         self._runner: web.AppRunner | None = None
         self._url = ""
@@ -275,6 +279,8 @@ class OpenStackSim:
         r.add_get("/compute/v2.1/servers/{id}", self._server_show)
         r.add_get("/compute/v2.1/os-server-groups", self._server_groups)
         r.add_get("/compute/v2.1/os-server-groups/{id}", self._server_group_show)
+        # Barbican
+        self.key_manager.add_routes(r)
         # Control
         r.add_get("/_sim/health", self._health)
         r.add_get("/_sim/faults", self._faults_list)
@@ -292,6 +298,7 @@ class OpenStackSim:
             ("/heat-api", "orchestration"),
             ("/image", "image"),
             ("/compute", "compute"),
+            (KEY_MANAGER, "key-manager"),
         ):
             if path == prefix or path.startswith(prefix + "/"):
                 return service, path[len(prefix) :]
@@ -349,7 +356,7 @@ class OpenStackSim:
         if (
             service != "identity"
             and not request.path.rstrip("/").endswith(
-                ("/identity", "/heat-api", "/image", "/compute", "/v2.1", "/v3")
+                ("/identity", "/heat-api", "/image", "/compute", "/v2.1", "/v3", KEY_MANAGER)
             )
             and request.headers.get("X-Auth-Token") not in self._tokens
         ):
@@ -392,6 +399,7 @@ class OpenStackSim:
             "orchestration": ("heat", f"{self.url}/heat-api/v1/{c.project_id}"),
             "image": ("glance", f"{self.url}/image"),
             "compute": ("nova", f"{self.url}/compute/v2.1"),
+            "key-manager": ("barbican", self.key_manager.endpoint),
         }
         return [
             {
@@ -964,6 +972,7 @@ class OpenStackSim:
                     for s in e.stacks.values()
                 ],
                 "images": list(self.images.values()),
+                "secrets": self.key_manager.state(),
             }
         )
 
