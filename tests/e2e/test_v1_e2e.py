@@ -13,9 +13,10 @@ holds Tacker's VNFCs, the cluster's nodes, every /etc/hosts and our inventory ag
 each other.
 
 The Kubernetes VIM is not registered here (``tacker.register_vim: false``): Tacker
-registers one only with Barbican and a reachable API server, neither of which the
-stand-in hosts have; its lifecycle is proven against the in-memory Tacker
-(``tests/unit/test_v1_handlers.py``) and Tacker's VIM API (``tests/security/test_vim.py``).
+registers one only after reaching the cluster's API server, which the stand-in hosts do
+not have. Its lifecycle is proven against the in-memory Tacker
+(``tests/unit/test_v1_handlers.py``), Tacker's VIM API (``tests/security/test_vim.py``) and,
+with the bed's Barbican and a real API server, ``tests/k8s/test_full_loop.py``.
 """
 
 from __future__ import annotations

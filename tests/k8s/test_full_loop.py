@@ -21,13 +21,18 @@ processes of their own, driven over HTTP, SSH and ``serve``'s CLI.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
 from collections.abc import Iterator
 
 import pytest
+from pydantic import SecretStr
 
+from subscriber import tacker as our_tacker
+from subscriber.config import TackerSettings
+from subscriber.kernel.ports import KubernetesAccess
 from tests.k8s.full_loop import (
     K8S_VIM_TYPE,
     VIM_KEY,
@@ -41,6 +46,7 @@ from tests.k8s.full_loop import (
 from tests.k8s.helpers import api_get
 from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed
+from tests.testbed.openstack_sim.control import SimControl
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import TackerClient, unique_name, wait_for
 from tests.testbed.testhosts import TestBed
@@ -197,3 +203,49 @@ def test_vnf_b_tacker_deploys_a_cnf_on_the_cluster_and_terminate_removes_it(
     print(
         f"VNF-B: INSTANTIATE {t_instantiate:.1f} s (with onboarding), TERMINATE {t_terminate:.1f} s"
     )
+
+
+def test_tacker_registers_the_cluster_as_a_kubernetes_vim_keyed_in_barbican(
+    cluster_vnf: ClusterVnf, bed: tacker_bed.BedState
+) -> None:
+    """The VIM of seed 000 through the real Tacker: our ``register_vim`` posts the cluster's
+    access; Tacker's Kubernetes VIM driver checks it against the real API server (its
+    namespaces become the VIM's regions) and keeps the Fernet key of its encrypted token
+    in the bed's Barbican; ``delete_vim`` removes the VIM and Tacker deletes the key."""
+    vnf = cluster_vnf
+    access = KubernetesAccess(
+        endpoint=vnf.stored["interfaceInfo"]["endpoint"],
+        ssl_ca_cert=vnf.stored["interfaceInfo"]["ssl_ca_cert"],
+        bearer_token=SecretStr(vnf.stored["accessInfo"]["bearer_token"]),
+    )
+    name = unique_name("vim")
+    keys = SimControl(bed.sim_url)
+
+    async def register() -> str | None:
+        async with our_tacker.TackerClient(
+            TackerSettings(**bed.tacker_section(register_vim=True))
+        ) as c:
+            return await c.register_vim(name, access, owner=vnf.inst)
+
+    async def delete() -> list[str]:
+        async with our_tacker.TackerClient(
+            TackerSettings(**bed.tacker_section(register_vim=True))
+        ) as c:
+            return await c.delete_vim(None, owner=vnf.inst)
+
+    before = {s["id"] for s in keys.state()["secrets"]}
+    vim_id = asyncio.run(register())
+    assert vim_id
+    status, _, shown = tacker_bed.request("GET", f"{bed.url}/v1.0/vims/{vim_id}")
+    assert status == 200, shown
+    vim = shown["vim"]
+    assert vim["type"] == "kubernetes" and vim["auth_url"] == access.endpoint
+    assert {"default", "kube-system"} <= set(vim["placement_attr"]["regions"])
+    assert vim["auth_cred"]["key_type"] == "barbican_key"
+    assert access.bearer_token.get_secret_value() not in json.dumps(shown)
+    [key] = {s["id"] for s in keys.state()["secrets"]} - before
+    assert vim["auth_cred"]["secret_uuid"] == key
+
+    assert asyncio.run(delete()) == [name]
+    assert tacker_bed.request("GET", f"{bed.url}/v1.0/vims/{vim_id}")[0] == 404
+    assert key not in {s["id"] for s in keys.state()["secrets"]}

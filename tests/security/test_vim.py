@@ -1,7 +1,7 @@
 """``vim_name`` may only replace or delete a VIM this service registered (for that instance).
 
 Against the real Tacker 16.0.0. Its kubernetes VIM driver will not register a VIM
-without Barbican and a reachable cluster (neither is in the bed), so the VIMs already
+without a reachable cluster (the test hosts here have none), so the VIMs already
 there are written into Tacker's own database, as a ``POST /v1.0/vims`` would have left
 them; the client lists and deletes them through Tacker's API. Before, a VIM of the
 parameters' ``vim_name`` was deleted whenever its ``auth_url`` differed, whoever owned it.

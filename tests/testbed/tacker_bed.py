@@ -14,6 +14,12 @@ and waits until the v2 API answers. ``--onboard`` then builds and onboards the s
 VNF package. ``stop`` kills both by PID (SIGTERM, SIGKILL after a grace period: Tacker
 ignores SIGTERM for a while), drops the database and removes the work directory.
 
+Tacker's Kubernetes VIM driver keeps each VIM's Fernet key in Barbican (``[k8s_vim]
+use_barbican``; without it it refuses the VIM), reached as the service user of
+``[keystone_authtoken]``. So the bed starts a simulated Keystone and Barbican of its own
+(``tests.testbed.openstack_sim``, pids key ``openstack-sim``) and points that section at
+it; ``BedState.keystone_url`` is its Keystone (``sim_control_url`` its ``/_sim`` root).
+
 Each bed gets its own oslo.messaging exchange, so two beds on one RabbitMQ do not
 answer each other's RPC calls.
 
@@ -49,6 +55,7 @@ TACKER_VERSION = "16.0.0"
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 # On the Tacker processes' PYTHONPATH: the SQLAlchemy plugin their database URL names.
 PG_PLUGIN = Path(__file__).resolve().parent / "tacker_pg"
+_REPO = Path(__file__).resolve().parents[2]
 PROJECT_ID = "6b1e4f3c2a9d4e8f9a7b6c5d4e3f2a1b"
 USER_ID = "2f9a7c1e5b3d4a6c8e0f1a2b3c4d5e6f"
 #: the Tacker client's retries and polls, quick for tests
@@ -100,6 +107,8 @@ class BedState:
     started_in: float = 0.0
     watchdog_pid: int | None = None
     vhost: str = ""  # the bed's own RabbitMQ vhost ("" = the default one)
+    keystone_url: str = ""  # the bed's Keystone (and Barbican), for [keystone_authtoken]
+    sim_url: str = ""  # that simulator's root (its /_sim control API)
 
     @property
     def url(self) -> str:
@@ -263,6 +272,10 @@ def _write_config(state: BedState) -> Path:
         paste = paste.replace(old, f"noauth = request_id catch_errors keystonecontext {app}")
     (work / "api-paste.ini").write_text(paste)
     exchange = f"tacker_bed_{state.database}"
+    # Imported here: the watchdog runs this file as a script, without the package.
+    from tests.testbed.openstack_sim.app import SimConfig
+
+    sim = SimConfig()
     conf = f"""[DEFAULT]
 auth_strategy = noauth
 bind_host = 127.0.0.1
@@ -305,6 +318,14 @@ notify_connect_retries = 0
 
 [v2_nfvo]
 endpoint = {state.url}
+
+[keystone_authtoken]
+auth_url = {state.keystone_url}
+username = {sim.username}
+password = {sim.password}
+project_name = {sim.project_name}
+user_domain_name = {sim.domain}
+project_domain_name = {sim.domain}
 """
     path = work / "tacker.conf"
     path.write_text(conf)
@@ -319,6 +340,35 @@ endpoint = {state.url}
         f"default_log_levels = {quiet},{_READY_LOGGER}=DEBUG\n"
     )
     return path
+
+
+def _start_key_manager(state: BedState, timeout: float = 30.0) -> None:
+    """The bed's Keystone and Barbican: a simulator in a session of its own (stop() ends
+    it with Tacker's processes); returns once it listens."""
+    out_path = Path(state.workdir) / "logs" / "openstack-sim.out"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with out_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.testbed.openstack_sim"],
+            cwd=_REPO,
+            env={**os.environ, "PYTHONPATH": str(_REPO)},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    _CHILDREN[proc.pid] = proc
+    state.pids["openstack-sim"] = proc.pid
+    deadline = time.monotonic() + timeout
+    while True:
+        text = out_path.read_text(errors="replace")
+        if "\n" in text and text.startswith("{"):
+            info = json.loads(text.splitlines()[0])
+            state.keystone_url, state.sim_url = info["auth_url"], info["url"]
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise BedError(f"the bed's simulated Keystone/Barbican did not start:\n{text[-2000:]}")
+        time.sleep(0.05)
 
 
 _READY_LOGGER = "oslo.service.backend._threading.loopingcall"
@@ -433,6 +483,7 @@ def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> Be
     try:
         _psql_python(f'CREATE DATABASE "{db}"')
         state.vhost = _create_vhost(db)
+        _start_key_manager(state)
         conf = _write_config(state)
         bin_dir = tacker_venv() / "bin"
         base_env = {

@@ -430,8 +430,8 @@ def test_the_client_and_the_echo_filter_do_not_import_the_store() -> None:
 
 
 async def test_vim_registration_follows_the_v1_0_exchange(fake: ScriptedTacker) -> None:
-    """Recorded from TACKER.md §5: the real bed has no Barbican, so it refuses to store VIM
-    secrets (and would try to reach the cluster); this fake answers as Tacker does."""
+    """Recorded from TACKER.md §5 (the real exchange, with Barbican and a real API server,
+    is ``tests/k8s/test_full_loop.py``); this fake answers as Tacker does."""
     vim_id = str(uuid.uuid4())
     fake.on("GET", "/v1.0/vims", (200, {"vims": []}))
     fake.on("POST", "/v1.0/vims", (201, {"vim": {"id": vim_id, "name": "kubernetes_vim_x"}}))
