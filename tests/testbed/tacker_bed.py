@@ -181,8 +181,12 @@ def _psql_python(sql: str, dbname: str = "postgres", *args: str) -> None:
 # expression is of type boolean"), and the subscription query behind every v1
 # notification calls MySQL's JSON_CONTAINS. The bed's database gets the column type the
 # model writes and a JSON_CONTAINS of its own (MySQL's meaning: the candidate JSON is
-# contained in the target); Tacker itself is not changed.
+# contained in the target); Tacker itself is not changed. Likewise a Kubernetes VIM with
+# a bearer token has no password: the model says ``vimauths.password`` is nullable "in
+# the actual database" (MySQL: the migration that widened it with MODIFY dropped NOT
+# NULL), while on PostgreSQL the column keeps the NOT NULL it was created with.
 _V1_SCHEMA = (
+    "ALTER TABLE vimauths ALTER COLUMN password DROP NOT NULL",
     "ALTER TABLE vnf_lcm_op_occs"
     " ALTER COLUMN is_automatic_invocation DROP DEFAULT,"
     " ALTER COLUMN is_automatic_invocation TYPE boolean USING is_automatic_invocation <> 0,"
@@ -270,6 +274,15 @@ def _write_config(state: BedState) -> Path:
         if old not in paste:
             raise BedError(f"unexpected api-paste.ini: the {app} noauth pipeline not found")
         paste = paste.replace(old, f"noauth = request_id catch_errors keystonecontext {app}")
+    # Tacker reaches Barbican as [keystone_authtoken]'s service user; the server knows that
+    # user's options (password ...) only once an authtoken filter has loaded the auth
+    # plugin, which the keystone pipelines do and noauth never does. One route nobody
+    # calls carries the filter, so that it is loaded (urlmap loads every app at start).
+    route = "/v1.0: tackerapi_v1_0\n"
+    if route not in paste:
+        raise BedError("unexpected api-paste.ini: the /v1.0 route not found")
+    paste = paste.replace(route, route + "/lccn-bed-authtoken: lccn_bed_authtoken\n", 1)
+    paste += "\n[pipeline:lccn_bed_authtoken]\npipeline = authtoken tackerversions\n"
     (work / "api-paste.ini").write_text(paste)
     exchange = f"tacker_bed_{state.database}"
     # Imported here: the watchdog runs this file as a script, without the package.
@@ -320,6 +333,7 @@ notify_connect_retries = 0
 endpoint = {state.url}
 
 [keystone_authtoken]
+auth_type = password
 auth_url = {state.keystone_url}
 username = {sim.username}
 password = {sim.password}
