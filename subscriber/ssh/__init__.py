@@ -341,21 +341,23 @@ class SshPool(Component):
         while True:
             await asyncio.sleep(max(0.05, min(limit / 2, 5.0)))
             now = time.monotonic()
-            closing = []
+            closing, released = [], []
             for key, entry in list(self._hosts.items()):
                 if entry.users or entry.lock.locked() or now - entry.idle_since < limit:
                     continue
                 del self._hosts[key]
-                self._release_slot(entry)
                 if entry.conn is not None:
                     closing.append(entry.conn)
                     entry.conn = None
+                released.append(entry)
             for conn in closing:
                 conn.close()
                 self.idle_closed += 1
             for conn in closing:
                 with contextlib.suppress(Exception):
                     await conn.wait_closed()
+            for entry in released:  # only once their sockets are closed
+                self._release_slot(entry)
 
     async def _stop(self) -> None:
         # Running commands fail as connection lost.
@@ -471,10 +473,12 @@ class SshPool(Component):
                 key, victim = found
                 del self._hosts[key]
                 conn, victim.conn = victim.conn, None
-                self._release_slot(victim)
                 self.evicted += 1
                 if conn is not None:
                     conn.close()
+                    with contextlib.suppress(Exception):
+                        await conn.wait_closed()
+                self._release_slot(victim)  # its socket closed: the slot is free
                 continue
             if not counted:
                 self.waited += 1
