@@ -64,12 +64,16 @@ from benchlib import (  # noqa: E402
     tree_resident_mb,
 )
 
+from handlers.toolkit.install_report import parse_install_output  # noqa: E402
 from subscriber.config import SshSettings  # noqa: E402
-from subscriber.kernel.ports import KubernetesAccess  # noqa: E402
+from subscriber.kernel.ports import KubernetesAccess, SshTarget  # noqa: E402
+from subscriber.ssh import SshPool  # noqa: E402
 from tests.testbed import testhosts  # noqa: E402
 from tests.testbed.cluster_vnf import FakeOpenStack, FakeTacker, cluster_vnf, k8s_params  # noqa: E402
 
 ENV = {"K8S_SKIP_PHASES": "packages,cni"}
+INSTALL = ROOT / "handlers" / "toolkit" / "node" / "install_k8s_cluster.sh"
+SCRIPT = "/tmp/install_k8s_cluster.sh"
 ADDRESSES = 27  # per bed (testhosts)
 
 
@@ -159,6 +163,7 @@ class SizeResult:
     cpu_machine: float  # CPU seconds of the whole machine (hosts, stand-ins, other work)
     steps: dict[str, list[float]]  # step name -> its duration in each job
     queued: list[float]  # each event: received -> its job's first step started
+    between: list[float]  # each job: its span less its steps' own time (store, lane, hand-offs)
 
 
 def machine_cpu() -> float:
@@ -264,7 +269,7 @@ async def run_size(
         bad = [e.status for e in events if e.status != "done"]
         if bad:
             raise RuntimeError(f"jobs not done: {bad}")
-        steps, queued = await step_times(svc.store, events)
+        steps, queued, between = await step_times(svc.store, events)
     for number, (inst, _) in enumerate(pairs):
         nodes = bed.group_state(number).get("nodes") or {}
         ready = [v for v in nodes.values() if v.get("ready")]  # type: ignore[union-attr]
@@ -284,23 +289,75 @@ async def run_size(
         cpu_machine,
         steps,
         queued,
+        between,
     )
 
 
-async def step_times(store: Any, events: list[Any]) -> tuple[dict[str, list[float]], list[float]]:
-    """Each step's durations over the jobs, and each event's wait for its first step."""
+async def step_times(
+    store: Any, events: list[Any]
+) -> tuple[dict[str, list[float]], list[float], list[float]]:
+    """Each step's durations over the jobs, each event's wait for its first step, and each
+    job's time outside its steps."""
     steps: dict[str, list[float]] = {}
-    queued = []
+    queued, between = [], []
     for event in events:
         for job in await store.jobs.for_event(event.id):
-            rows = await store.jobs.steps(job.id)
-            starts = [r.started_at for r in rows if r.started_at is not None]
-            if starts:
-                queued.append(min(starts) - event.received_at)
+            rows = [
+                r
+                for r in await store.jobs.steps(job.id)
+                if r.started_at is not None and r.finished_at is not None
+            ]
+            if not rows:
+                continue
+            first, last = min(r.started_at for r in rows), max(r.finished_at for r in rows)
+            queued.append(first - event.received_at)
+            own = sum(r.finished_at - r.started_at for r in rows)
+            between.append(last - first - own)
             for row in rows:
-                if row.started_at is not None and row.finished_at is not None:
-                    steps.setdefault(row.name, []).append(row.finished_at - row.started_at)
-    return steps, queued
+                steps.setdefault(row.name, []).append(row.finished_at - row.started_at)
+    return steps, queued, between
+
+
+async def floor(bed: Any, instances: list[list[int]], n: int) -> float:
+    """Seconds the hosts' share alone takes for N clusters at once, without serve.
+
+    Per instance, over a plain SSH pool with no connection limit: upload the
+    install script to the three VMs, ``init`` the master, join both workers at
+    once. The remote work the handler does besides (its checks, /etc/hosts,
+    labels, the admin token) is left out, so this is a lower bound of what the
+    machine needs for the VMs' side, and it shares the CPUs the same way.
+    """
+    testhosts.reset_cluster(bed)
+    settings = SshSettings(**bed.ssh_section(command_timeout=300.0, max_connections=3 * n))
+    async with SshPool(settings) as pool:
+
+        async def one(hosts: list[int]) -> None:
+            master, *workers = (bed.hosts[h] for h in hosts)
+            targets = [SshTarget(host=h.address, port=h.port) for h in (master, *workers)]
+            await asyncio.gather(*(pool.upload(t, INSTALL, SCRIPT, mode=0o755) for t in targets))
+            init = await pool.run(
+                targets[0],
+                f"bash {SCRIPT} -m {master.address} -i {master.address} -p 10.200.0.0/16",
+                env=ENV,
+            )
+            report = parse_install_output(init.check().stdout)
+            token = report.token.get_secret_value()
+            join = f"-i {master.address} -t {token} -s {report.ssl_ca_cert_hash}"
+            await asyncio.gather(
+                *(
+                    pool.run(
+                        t,
+                        f"bash {SCRIPT} -w {w.address} {join}",
+                        env={**ENV, "ha_flag": "False"},
+                        secrets=[token],
+                    )
+                    for t, w in zip(targets[1:], workers, strict=True)
+                )
+            )
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(hosts) for hosts in instances[:n]))
+        return time.perf_counter() - started
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -316,9 +373,13 @@ async def main_async(
     tmp: Path,
     server: str,
     limit: int | None,
+    floors: dict[int, float],
 ) -> list[SizeResult]:
     results = []
     for n in sizes:
+        if n in floors:
+            floors[n] = await floor(bed, instances, n)
+            print(f"N={n}: floor={floors[n]:.2f}s (the hosts' share alone, no serve)", flush=True)
         testhosts.reset_cluster(bed)
         async with scratch_database(server, tmp, f"fleet{n}") as database:
             results.append(await run_size(bed, instances, n, database, limit))
@@ -339,8 +400,8 @@ async def main_async(
         )
         slowest = sorted(r.steps.items(), key=lambda kv: -statistics.median(kv[1]))[:6]
         print(
-            f"  waiting for a lane (received -> first step) p50 "
-            f"{percentile(r.queued, 50):.2f} s; slowest steps (p50): "
+            f"  waiting for a lane (received -> first step) p50 {percentile(r.queued, 50):.2f} s; "
+            f"between steps p50 {percentile(r.between, 50):.2f} s; slowest steps (p50): "
             + ", ".join(f"{name} {statistics.median(d):.2f} s" for name, d in slowest),
             flush=True,
         )
@@ -356,6 +417,11 @@ def main() -> int:
         type=int,
         default=None,
         help=f"ssh.max_connections (default {SshSettings().max_connections})",
+    )
+    parser.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the floor (the hosts' share alone) at the smallest and largest size",
     )
     add_database_argument(parser)
     args = parser.parse_args()
@@ -387,10 +453,13 @@ def main() -> int:
         start_timeout=120.0,
     )
     print(f"hosts up in {time.perf_counter() - started:.1f}s", flush=True)
+    floors = {} if args.no_floor else {sizes[0]: 0.0, sizes[-1]: 0.0}
     try:
         with tempfile.TemporaryDirectory(prefix="lccn-bench-") as tmp:
             results = asyncio.run(
-                main_async(bed, instances, sizes, Path(tmp), args.database, args.max_connections)
+                main_async(
+                    bed, instances, sizes, Path(tmp), args.database, args.max_connections, floors
+                )
             )
     finally:
         testhosts.destroy(bed)
@@ -400,6 +469,13 @@ def main() -> int:
         return 1
     small, large = results[0], results[-1]
     print(f"total_run={time.perf_counter() - started:.1f}s")
+    if len(floors) == 2:
+        f_small, f_large = floors[small.n], floors[large.n]
+        print(
+            f"context: the floor's own ratio (the hosts' share alone, same formula) "
+            f"{(large.n * f_small) / (small.n * f_large):.2f}; ours over the floor: "
+            f"N={small.n} {small.wall / f_small:.2f}x, N={large.n} {large.wall / f_large:.2f}x"
+        )
     print(f"ratio={(large.n * small.wall) / (small.n * large.wall):.2f}")
     return 0
 
