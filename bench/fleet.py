@@ -112,7 +112,7 @@ def layout(largest: int) -> tuple[int, int, list[list[int]], list[int | None]]:
 
 
 class ConnectionSampler:
-    """Established TCP connections from this network namespace to the bed's block."""
+    """Established TCP connections from this network namespace to the bed's sshd ports."""
 
     def __init__(self, bed: Any) -> None:
         block = ipaddress.ip_network(f"{bed.bridge_address}/{testhosts.BLOCK_PREFIX}", strict=False)
@@ -128,9 +128,11 @@ class ConnectionSampler:
                 parts = line.split()
                 if parts[3] != "01":  # ESTABLISHED
                     continue
-                addr_hex = parts[2].split(":")[0]
-                addr = ipaddress.IPv4Address(bytes.fromhex(addr_hex)[::-1])
-                if addr in self.block:
+                addr_hex, port_hex = parts[2].split(":")
+                port = int(port_hex, 16)
+                if port != 22 and not 2200 < port < 2300:  # not sshd (the API server's port)
+                    continue
+                if ipaddress.IPv4Address(bytes.fromhex(addr_hex)[::-1]) in self.block:
                     n += 1
         return n
 
@@ -213,7 +215,10 @@ async def run_size(
     cluster = ClusterSettings(
         script_env=ENV, token_wait_timeout=30.0, install_timeout=300.0, haproxy_reload=""
     )
-    ssh: dict[str, Any] = bed.ssh_section(command_timeout=300.0)
+    # The production connect timeout (the test beds' 5 s is for tests of unreachable hosts).
+    ssh: dict[str, Any] = bed.ssh_section(
+        command_timeout=300.0, connect_timeout=SshSettings().connect_timeout
+    )
     if max_connections is not None:
         ssh["max_connections"] = max_connections
     config = Settings(
@@ -328,7 +333,10 @@ async def floor(bed: Any, instances: list[list[int]], n: int) -> float:
     machine needs for the VMs' side, and it shares the CPUs the same way.
     """
     testhosts.reset_cluster(bed)
-    settings = SshSettings(**bed.ssh_section(command_timeout=300.0, max_connections=3 * n))
+    # 3 x N handshakes at once on a loaded machine: connecting may take long.
+    settings = SshSettings(
+        **bed.ssh_section(command_timeout=300.0, max_connections=3 * n, connect_timeout=120.0)
+    )
     async with SshPool(settings) as pool:
 
         async def one(hosts: list[int]) -> None:
