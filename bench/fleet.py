@@ -26,6 +26,17 @@ connections to the hosts sampled every 50 ms), and memory counted as
 this process, so it is this process's (serve, the fakes and the load
 generator), at the end of each size. The peak of connections is bounded by
 ``ssh.max_connections`` (``--max-connections``, default the setting's), not by N.
+Also per N: the CPU seconds of this process and of the whole machine until the
+last write-back, the wait for a lane, the time between steps and the slowest
+steps (from the store).
+
+Context, measured in the same run (``--no-floor`` skips it): the floor, the
+hosts' share alone for the smallest and the largest N without ``serve`` (upload
+the install script, ``init`` the master, join both workers, over a plain pool
+with no connection limit). The VMs here share this machine's CPUs with ``serve``
+(on Tacker's VMs they have their own), so the floor's own ratio shows how far
+the machine lets any driver scale.
+
 Last line: ``ratio=`` (50 x t(1)) / t(50), or with other sizes
 (largest x t(smallest)) / (smallest x t(largest)).
 
@@ -159,6 +170,7 @@ class SizeResult:
     pool_peak: int
     tcp_peak: int
     waited: int
+    evicted: int
     memory_mb: float
     peak_rss_mb: float
     cpu_ours: float  # CPU seconds of this process (serve, fakes, load) during the size
@@ -262,7 +274,7 @@ async def run_size(
         await sampler.stop()
         assert svc.ssh is not None
         pool = svc.ssh
-        pool_peak, waited = pool.peak_connections, pool.waited
+        pool_peak, waited, evicted = pool.peak_connections, pool.waited, pool.evicted
         memory, _ = tree_resident_mb([os.getpid()])
         _, peak_rss = rss_mb(os.getpid())
         # Every job ended well, and every cluster has its master and both workers.
@@ -288,6 +300,7 @@ async def run_size(
         pool_peak,
         sampler.peak,
         waited,
+        evicted,
         memory,
         peak_rss,
         cpu_ours,
@@ -395,7 +408,8 @@ async def main_async(
         print(
             f"N={n}: wall={r.wall:.2f}s per_instance p50={percentile(r.per_instance, 50):.2f}s "
             f"p99={percentile(r.per_instance, 99):.2f}s ssh_peak={r.pool_peak} "
-            f"(tcp sampled {r.tcp_peak}; calls that waited for a slot: {r.waited}) "
+            f"(tcp sampled {r.tcp_peak}; calls that waited for a slot: {r.waited}, "
+            f"idle connections closed for another: {r.evicted}) "
             f"memory={r.memory_mb:.1f} MB (VmHWM {r.peak_rss_mb:.1f} MB)",
             flush=True,
         )
