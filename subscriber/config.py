@@ -320,6 +320,11 @@ class SshSettings(_Section):
     max_sessions_per_host: int = Field(default=8, gt=0)
     """Concurrent sessions per connection; OpenSSH's ``MaxSessions`` is 10 by default, so stay
     below it."""
+    max_connections: int = Field(default=64, gt=0)
+    """SSH connections open at once, over every node of every VNF. A job that needs another
+    connection first closes the one unused longest; while none is unused, it waits (it does not
+    fail) until a command ends. Many VNF instances changing at once thus hold this many, not
+    three or more each."""
 
     @field_validator("client_keys", mode="before")
     @classmethod

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import enum
 import hashlib
@@ -217,6 +218,7 @@ class _Host:
     conn: asyncssh.SSHClientConnection | None = None
     users: int = 0  # runs and uploads holding the entry (it is not reaped meanwhile)
     idle_since: float = 0.0
+    slot: bool = False  # holds one of ``max_connections``: its connection is open or opening
 
 
 def _missing(path: Path) -> str:
@@ -277,10 +279,16 @@ class SshPool(Component):
     Use as ``async with SshPool(settings.ssh) as pool:`` or call
     :meth:`start` / :meth:`stop`. A connection is opened on first use and kept;
     a broken one is replaced on the next call. At most
-    ``max_sessions_per_host`` commands or uploads run at once per connection.
+    ``max_sessions_per_host`` commands or uploads run at once per connection, and
+    at most ``max_connections`` connections are open (or opening) at once: a
+    call that needs one more closes the connection unused longest, or, while
+    every one is in use, waits until a command or upload ends.
 
     Attributes:
         connects: how many connections were opened (for observability/tests).
+        peak_connections: the most connections open or opening at once.
+        evicted: idle connections closed to make room for another target's.
+        waited: calls that had to wait for a connection slot.
     """
 
     def __init__(self, settings: SshSettings, *, known_hosts: KnownHosts | None = None) -> None:
@@ -293,6 +301,11 @@ class SshPool(Component):
         self._digest_key = os.urandom(32)
         self.connects = 0
         self.idle_closed = 0
+        self.peak_connections = 0
+        self.evicted = 0
+        self.waited = 0
+        self._slots_held = 0
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     @property
     def known_hosts(self) -> KnownHosts:
@@ -328,7 +341,7 @@ class SshPool(Component):
         while True:
             await asyncio.sleep(max(0.05, min(limit / 2, 5.0)))
             now = time.monotonic()
-            closing = []
+            closing, released = [], []
             for key, entry in list(self._hosts.items()):
                 if entry.users or entry.lock.locked() or now - entry.idle_since < limit:
                     continue
@@ -336,18 +349,22 @@ class SshPool(Component):
                 if entry.conn is not None:
                     closing.append(entry.conn)
                     entry.conn = None
+                released.append(entry)
             for conn in closing:
                 conn.close()
                 self.idle_closed += 1
             for conn in closing:
                 with contextlib.suppress(Exception):
                     await conn.wait_closed()
+            for entry in released:  # only once their sockets are closed
+                self._release_slot(entry)
 
     async def _stop(self) -> None:
         # Running commands fail as connection lost.
         conns = [h.conn for h in self._hosts.values() if h.conn is not None]
         for host in self._hosts.values():
             host.conn = None
+            self._release_slot(host)  # and the waiters, woken, find the pool stopped
         for conn in reversed(conns):
             conn.close()
         for conn in reversed(conns):
@@ -403,19 +420,92 @@ class SshPool(Component):
             self._spawn(_REAPER, self._reap, restart=True)
         return entry
 
-    @staticmethod
-    def _checkin(entry: _Host) -> None:
+    def _checkin(self, entry: _Host) -> None:
         entry.users -= 1
         entry.idle_since = time.monotonic()
+        if not entry.users and entry.slot:
+            self._wake()  # a waiter may now close this connection for its own
+
+    # -- the connection limit (max_connections)
+
+    def _wake(self) -> None:
+        """Let every waiter look again for a free slot or an idle connection."""
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _release_slot(self, entry: _Host) -> None:
+        if entry.slot:
+            entry.slot = False
+            self._slots_held -= 1
+            self._wake()
+
+    def _idlest(self) -> tuple[tuple[str, int, str, bytes], _Host] | None:
+        """The pooled connection unused longest that no call holds, if any."""
+        idle = [
+            (key, entry)
+            for key, entry in self._hosts.items()
+            if entry.slot and not entry.users and not entry.lock.locked()
+        ]
+        return min(idle, key=lambda item: item[1].idle_since, default=None)
+
+    async def _take_slot(self, entry: _Host) -> None:
+        """Make ``entry`` hold one of the ``max_connections`` slots.
+
+        Closes the idle connection unused longest when every slot is held; while
+        every held connection is in use, waits (without a deadline: each use is
+        bounded by its own timeout).
+
+        Raises:
+            RuntimeError: the pool stopped meanwhile.
+        """
+        counted = False
+        while True:
+            self._ensure_running()
+            if self._slots_held < self._settings.max_connections:
+                entry.slot = True
+                self._slots_held += 1
+                self.peak_connections = max(self.peak_connections, self._slots_held)
+                return
+            found = self._idlest()
+            if found is not None:
+                key, victim = found
+                del self._hosts[key]
+                conn, victim.conn = victim.conn, None
+                self.evicted += 1
+                if conn is not None:
+                    conn.close()
+                    with contextlib.suppress(Exception):
+                        await conn.wait_closed()
+                self._release_slot(victim)  # its socket closed: the slot is free
+                continue
+            if not counted:
+                self.waited += 1
+                counted = True
+            waiter = asyncio.get_running_loop().create_future()
+            self._slot_waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
 
     async def _connection(self, target: SshTarget, entry: _Host) -> asyncssh.SSHClientConnection:
         async with entry.lock:
             if entry.conn is not None and not entry.conn.is_closed():
                 return entry.conn
             entry.conn = None
-            conn = await self._connect(target, entry.credentials)
+            if not entry.slot:  # a broken connection's replacement keeps its slot
+                await self._take_slot(entry)
+            try:
+                conn = await self._connect(target, entry.credentials)
+            except BaseException:
+                self._release_slot(entry)
+                raise
             if self.state is not State.RUNNING:  # stopped while we connected
                 conn.close()
+                self._release_slot(entry)
                 raise RuntimeError("SshPool was stopped")
             entry.conn = conn
             self.connects += 1

@@ -37,6 +37,13 @@ run side by side): ``.1`` of the block is the bridge, hosts follow, the last
 usable address is never assigned (a reachable-subnet, unused address for
 "host down" tests).
 
+Many hosts (``ports_per_address`` > 1, for ``bench/fleet.py``): several hosts share
+one namespace and address, each its own sshd on its own port (22, then 2201,
+2202 ...) with its own hostname and private directories (its own ``unshare``),
+so a bed holds up to 27 addresses x ``ports_per_address`` hosts. ``clusters``
+gives each host a stand-in cluster of its own number (``TestBed.group_dir``),
+so several independent clusters share one bed.
+
 Use from Python (``create()`` / ``destroy()``) or the command line::
 
     python3 -m tests.testbed.testhosts up --count 3 [--no-password] [--join-delay 0.5]
@@ -164,6 +171,12 @@ class TestHost:
     port: int = 22
     host_key: str = ""  # "ssh-ed25519 AAAA..." (public)
     pid: int = 0
+    cluster: int | None = None  # its stand-in cluster (TestBed.group_dir), None: the bed's
+
+    @property
+    def known_hosts_name(self) -> str:
+        """How known_hosts names the host: the address, ``[address]:port`` off port 22."""
+        return self.address if self.port == 22 else f"[{self.address}]:{self.port}"
 
 
 @dataclass
@@ -222,7 +235,24 @@ class TestBed:
 
     def set_join_delay(self, seconds: float) -> None:
         """Make every stand-in ``kubeadm join`` take ``seconds`` (the benchmark's cost)."""
-        (self.cluster_dir / "join_delay").write_text(f"{seconds}\n")
+        for directory in (self.cluster_dir, *self.group_dirs()):
+            (directory / "join_delay").write_text(f"{seconds}\n")
+
+    def group_dir(self, cluster: int) -> Path:
+        """Where the stand-ins of the hosts of cluster number ``cluster`` keep their state."""
+        return self.root / "clusters" / str(cluster)
+
+    def group_dirs(self) -> list[Path]:
+        numbers = sorted({h.cluster for h in self.hosts if h.cluster is not None})
+        return [self.group_dir(n) for n in numbers]
+
+    def group_state(self, cluster: int) -> dict[str, object]:
+        """The stand-in state of cluster number ``cluster`` (empty before its init)."""
+        path = self.group_dir(cluster) / "state.json"
+        if not path.exists():
+            return {}
+        data: dict[str, object] = json.loads(path.read_text() or "{}")
+        return data
 
     def host(self, name: str) -> TestHost:
         for item in self.hosts:
@@ -420,12 +450,14 @@ def _write_accounts(bed: TestBed, etc: Path, home: Path) -> None:
         path.chmod(mode)
 
 
-def _sshd_config(bed: TestBed, host_dir: Path, address: str, password: bool) -> Path:
+def _sshd_config(
+    bed: TestBed, host_dir: Path, address: str, password: bool, port: int = 22
+) -> Path:
     config = host_dir / "sshd_config"
     config.write_text(
         "\n".join(
             [
-                f"ListenAddress {address}:22",
+                f"ListenAddress {address}:{port}",
                 f"HostKey {host_dir / 'ssh_host_ed25519_key'}",
                 f"AuthorizedKeysFile {bed.root / 'authorized_keys'}",
                 "PidFile none",
@@ -447,7 +479,16 @@ def _sshd_config(bed: TestBed, host_dir: Path, address: str, password: bool) -> 
     return config
 
 
-def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path) -> TestHost:
+def _start_host(
+    bed: TestBed,
+    name: str,
+    address: str,
+    index: int,
+    bin_dir: Path,
+    port: int = 22,
+    cluster: int | None = None,
+) -> TestHost:
+    """One sshd; ``port`` 22 creates the namespace of ``index``, another port joins it."""
     namespace = f"lccn-{bed.run_id}-{index}"
     veth_host = f"{bed.run_id}v{index}"
     veth_peer = f"{bed.run_id}p{index}"
@@ -455,14 +496,15 @@ def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path
     host_dir.mkdir(parents=True)
     host_key = _keygen(host_dir / "ssh_host_ed25519_key", f"{name}-host")
 
-    _run("ip", "netns", "add", namespace)
-    _run("ip", "link", "add", veth_host, "type", "veth", "peer", "name", veth_peer)
-    _run("ip", "link", "set", veth_peer, "netns", namespace)
-    _run("ip", "link", "set", veth_host, "master", bed.bridge, "up")
-    _run("ip", "-n", namespace, "link", "set", veth_peer, "name", "eth0")
-    _run("ip", "-n", namespace, "addr", "add", f"{address}/{BLOCK_PREFIX}", "dev", "eth0")
-    _run("ip", "-n", namespace, "link", "set", "eth0", "up")
-    _run("ip", "-n", namespace, "link", "set", "lo", "up")
+    if port == 22:
+        _run("ip", "netns", "add", namespace)
+        _run("ip", "link", "add", veth_host, "type", "veth", "peer", "name", veth_peer)
+        _run("ip", "link", "set", veth_peer, "netns", namespace)
+        _run("ip", "link", "set", veth_host, "master", bed.bridge, "up")
+        _run("ip", "-n", namespace, "link", "set", veth_peer, "name", "eth0")
+        _run("ip", "-n", namespace, "addr", "add", f"{address}/{BLOCK_PREFIX}", "dev", "eth0")
+        _run("ip", "-n", namespace, "link", "set", "eth0", "up")
+        _run("ip", "-n", namespace, "link", "set", "lo", "up")
 
     mounts: list[tuple[str, str]] = []
     private_dirs = PRIVATE_DIRS
@@ -481,6 +523,8 @@ def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path
     etc_hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n{address} {name}\n")
     mounts.append((str(etc_hosts), "/etc/hosts"))
     mounts.append((str(bin_dir), "/usr/local/bin"))
+    if cluster is not None:  # its own cluster: the stand-ins find its state where they look
+        mounts.append((str(bed.group_dir(cluster)), str(bed.cluster_dir)))
     # The host's /etc is an overlay on the machine's: what the host writes there stays
     # its own, and the test user's account files sit in the upper layer. (Files bound
     # one by one over /etc/passwd and co. came undone whenever the machine's package
@@ -494,7 +538,7 @@ def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path
         os.chown(home, TEST_UID, TEST_UID)
         _write_accounts(bed, etc_upper, home)
 
-    config = _sshd_config(bed, host_dir, address, bed.password is not None)
+    config = _sshd_config(bed, host_dir, address, bed.password is not None, port)
     inner = [
         f"hostname {name}",
         f"mount -t overlay lccn-etc -o lowerdir=/etc,upperdir='{etc_upper}',"
@@ -526,7 +570,13 @@ def _start_host(bed: TestBed, name: str, address: str, index: int, bin_dir: Path
         )
     _PROCS[proc.pid] = proc
     return TestHost(
-        name=name, address=address, namespace=namespace, host_key=host_key, pid=proc.pid
+        name=name,
+        address=address,
+        namespace=namespace,
+        port=port,
+        host_key=host_key,
+        pid=proc.pid,
+        cluster=cluster,
     )
 
 
@@ -546,7 +596,7 @@ def _wait_listening(bed: TestBed, deadline: float) -> None:
             log = bed.root / "hosts" / host.name / "sshd.log"
             raise RuntimeError(f"sshd of {host.name} exited: {log.read_text()[-2000:]}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"sshd of {host.name} not listening on {host.address}:22")
+            raise TimeoutError(f"sshd of {host.name} not listening on {host.address}:{host.port}")
         time.sleep(0.05)
 
 
@@ -573,16 +623,23 @@ def create(
     join_delay: float = 0.0,
     start_timeout: float = 20.0,
     kubernetes: KubernetesMode = "standin",
+    ports_per_address: int = 1,
+    clusters: Sequence[int | None] | None = None,
 ) -> TestBed:
     """Create ``count`` sshd hosts; tear down everything if any step fails.
 
     Arguments:
-        count: number of hosts (at most 27 per bed).
-        names: hostnames (default ``node<last octet>``).
+        count: number of hosts (at most 27 x ``ports_per_address`` per bed).
+        names: hostnames (default ``node<last octet>``, ``-<port>`` added off port 22).
         password: also enable password auth with a test user that may sudo.
         join_delay: seconds every stand-in ``kubeadm join`` sleeps.
         start_timeout: how long to wait for every sshd to listen.
         kubernetes: ``standin`` or ``real`` tools on the hosts' PATH (see the module).
+        ports_per_address: hosts per address (and namespace), each on its own port:
+            host ``i`` has address ``i // ports_per_address``, port 22 first, then
+            2201, 2202 ... (the stand-in tier only).
+        clusters: per host, the number of its own stand-in cluster, or ``None`` for
+            the bed's shared one.
 
     Returns:
         The bed; pass it to :func:`destroy`.
@@ -603,7 +660,13 @@ def create(
     root.chmod(0o755)  # the test user reads authorized_keys and runs the stand-ins
     (root / "owner.pid").write_text(str(os.getpid()))
     block = _reserve_block(run_id)
-    bridge_addr, addresses, unused = _addresses(block, count)
+    per = ports_per_address
+    bridge_addr, addresses, unused = _addresses(block, -(-count // per))
+    ports = [22 if i % per == 0 else 2200 + i % per for i in range(count)]
+    addresses = [addresses[i // per] for i in range(count)]
+    groups = list(clusters) if clusters is not None else [None] * count
+    if len(groups) != count or (per > 1 and kubernetes == "real"):
+        raise ValueError("clusters needs one entry per host; several ports: stand-ins only")
     cluster_dir = root / "cluster"
     cluster_dir.mkdir()
     # kubectl runs as the login user too (with a copy of admin.conf), like on Tacker's VMs.
@@ -634,14 +697,33 @@ def create(
         _run("ip", "addr", "add", f"{bridge_addr}/{BLOCK_PREFIX}", "dev", bed.bridge)
         _run("ip", "link", "set", bed.bridge, "up")
         bin_dir = _write_real_tools(bed) if kubernetes == "real" else _write_standins(bed)
-        host_names = list(names) if names else [f"node{a.rsplit('.', 1)[1]}" for a in addresses]
+        host_names = (
+            list(names)
+            if names
+            else [
+                f"node{a.rsplit('.', 1)[1]}" + (f"-{p}" if p != 22 else "")
+                for a, p in zip(addresses, ports, strict=True)
+            ]
+        )
         if len(host_names) != count:
             raise ValueError("names must have one entry per host")
-        for index, (name, address) in enumerate(zip(host_names, addresses, strict=True)):
-            bed.hosts.append(_start_host(bed, name, address, index, bin_dir))
+        for number in sorted({g for g in groups if g is not None}):
+            group = bed.group_dir(number)
+            group.mkdir(parents=True)
+            group.chmod(0o777)
+            for shared in ("state.lock", "calls.jsonl"):
+                (group / shared).touch()
+                (group / shared).chmod(0o666)
+            (group / "join_delay").write_text(f"{join_delay}\n")
+        for i, (name, address) in enumerate(zip(host_names, addresses, strict=True)):
+            bed.hosts.append(
+                _start_host(bed, name, address, i // per, bin_dir, ports[i], groups[i])
+            )
             _save_meta(bed)
         _wait_listening(bed, time.monotonic() + start_timeout)
-        bed.known_hosts.write_text("".join(f"{h.address} {h.host_key}\n" for h in bed.hosts))
+        bed.known_hosts.write_text(
+            "".join(f"{h.known_hosts_name} {h.host_key}\n" for h in bed.hosts)
+        )
     except BaseException:
         destroy(bed)
         raise
@@ -657,9 +739,9 @@ def reset_cluster(bed: TestBed) -> None:
     """
     if bed.kubernetes == "real":
         stop_kubernetes(bed)
-    for name in ("state.json", "calls.jsonl"):
-        path = bed.cluster_dir / name
-        path.write_text("")
+    for directory in (bed.cluster_dir, *bed.group_dirs()):
+        for name in ("state.json", "calls.jsonl"):
+            (directory / name).write_text("")
     for host in bed.hosts:
         wipe_host(bed, host)
 
