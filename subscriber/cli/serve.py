@@ -218,7 +218,11 @@ def _run_relay(settings: Settings) -> int:
     async def run() -> None:
         await Relay(settings).serve_forever(_stop_on_signals())
 
-    asyncio.run(run())
+    tracing.configure(settings.tracing, role="relay")
+    try:
+        asyncio.run(run())
+    finally:
+        tracing.shutdown()
     return EXIT_OK
 
 

@@ -424,8 +424,11 @@ class KafkaSource(Component):
         # One ingest span per record, ended once the batch is stored (or abandoned).
         spans = [tracing.NOOP] * len(valid)
         if tracing.enabled():
+            # A relay's record carries its callback's trace: continued, else a new one.
             spans = [
-                tracing.start("ingest", ingest_attributes("kafka", new.notification))
+                tracing.start(
+                    "ingest", ingest_attributes("kafka", new.notification), parent=new.traceparent
+                )
                 for _, new in valid
             ]
             valid = [

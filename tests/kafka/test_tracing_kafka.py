@@ -4,19 +4,34 @@ traceparent stored with the record's event; a resent copy adds no trace."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from subscriber import tracing
+from subscriber.config import DatabaseSettings, HttpSettings, Settings
 from subscriber.ingest.kafka import KafkaSource
+from subscriber.service import Service
 from subscriber.store import Store
-from tests.kafka.helpers import create_topic, fast_settings, produce, transitions, uid, wait_until
+from tests.conftest import free_port
+from tests.kafka.helpers import (
+    create_topic,
+    fast_settings,
+    notification,
+    produce,
+    transitions,
+    uid,
+    wait_until,
+)
+from tests.kafka.test_relay import ready_to_produce, relay_settings, start_relay, url
 
 pytestmark = [pytest.mark.kafka]
+__all__ = ["start_relay"]  # the relay tests' fixture, used here too
 
 
 @pytest.fixture
@@ -61,3 +76,45 @@ async def test_each_record_opens_the_trace_its_event_stores(
         assert span.context is not None
         assert event.trace_id == f"{span.context.trace_id:032x}"
         assert event.vnf_lcm_op_occ_id == (span.attributes or {})["lccn.vnf_lcm_op_occ_id"]
+
+
+async def test_a_relayed_notification_continues_the_relays_trace(
+    broker: Any, start_relay: Any, tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    """relay (callback ingest) -> record header -> worker's Kafka ingest -> job: one trace."""
+    topic, group = uid("relay"), uid("g")
+    await create_topic(broker.bootstrap, topic, 1)
+    kafka = fast_settings(broker.bootstrap, topic, group)
+    relay = await start_relay(relay_settings(kafka))
+    worker = Service(
+        Settings(
+            http=HttpSettings(host="127.0.0.1", port=free_port()),
+            database=DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"),
+            kafka=kafka,
+        )
+    )
+    await worker.start()
+    try:
+        body = notification(uid("vnf"), uid("occ"), "STARTING", "START")
+        async with aiohttp.ClientSession() as http:
+            await ready_to_produce(relay, http)
+            async with http.post(url(relay), json=body) as resp:
+                assert resp.status == 204
+
+        async def done() -> bool:
+            return [e.status for e in await worker.store.events.list()] == ["done"]
+
+        await wait_until(done, 60, what="the worker to run the relayed notification's job")
+    finally:
+        await worker.stop()
+    finished = spans.get_finished_spans()
+    relayed, consumed = sorted(
+        (s for s in finished if s.name == "ingest"), key=lambda s: s.start_time or 0
+    )
+    (job,) = [s for s in finished if s.name == "job"]
+    assert (relayed.attributes or {})["lccn.source"] == "http" and relayed.parent is None
+    assert consumed.parent is not None and relayed.context is not None
+    assert consumed.parent.span_id == relayed.context.span_id
+    assert job.parent is not None and consumed.context is not None
+    assert job.parent.span_id == consumed.context.span_id
+    assert len({s.context.trace_id for s in finished if s.context is not None}) == 1
