@@ -23,6 +23,8 @@ import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from subscriber.errors import ConfigError, SkipStep
+
 if TYPE_CHECKING:
     from subscriber.config import TracingSettings
 
@@ -79,7 +81,7 @@ class Span:
 NOOP = Span()
 
 # Exceptions that end a span normally: step outcomes, not failures.
-_BENIGN: tuple[type[BaseException], ...] = ()
+_BENIGN = (SkipStep,)
 
 
 class _Live(Span):
@@ -106,7 +108,7 @@ class _Live(Span):
             self._span.set_attribute(key, value)
 
     def end(self, error: BaseException | None = None) -> None:
-        if error is not None and not isinstance(error, _benign()):
+        if error is not None and not isinstance(error, _BENIGN):
             # The class only: an exception's text may quote a command line.
             name = type(error).__name__
             self._span.set_attribute("error.type", name)
@@ -122,15 +124,6 @@ class _Live(Span):
             self.end(exc)
         finally:
             self._otel.detach(self._token)
-
-
-def _benign() -> tuple[type[BaseException], ...]:
-    global _BENIGN
-    if not _BENIGN:
-        from subscriber.errors import SkipStep
-
-        _BENIGN = (SkipStep,)
-    return _BENIGN
 
 
 class _Otel:
@@ -196,8 +189,6 @@ def check(settings: TracingSettings) -> bool:
         except ModuleNotFoundError:
             found = False
         if not found:
-            from subscriber.errors import ConfigError
-
             raise ConfigError(
                 f"tracing.enabled needs the otel extra ({name} is missing): "
                 "pip install 'lccn-subscriber[otel]'"
