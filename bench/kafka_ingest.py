@@ -209,6 +209,7 @@ def floor_values(
         "status_detail": None,
         "notified_at": _epoch(body.get("timeStamp")) if occ is not None else None,
         "op_occ_attempt": 0,
+        "traceparent": None,  # tracing off, as in the runs compared
     }
 
 

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,otel]'
 
 # Real parts of the integration tiers (sshd, Tacker, the Kafka-protocol broker ...):
 # each script installs its part idempotently and caches it between runs.

@@ -50,6 +50,7 @@ __all__ = [
     "Settings",
     "SshSettings",
     "TackerSettings",
+    "TracingSettings",
     "default_data_dir",
     "default_database_path",
     "is_loopback",
@@ -920,6 +921,30 @@ class LogSettings(_Section):
     the traceback to the CLI's one-line errors."""
 
 
+class TracingSettings(_Section):
+    """OpenTelemetry tracing: one trace per event (ingest, job, steps, SSH commands, Tacker
+    calls). Needs the ``otel`` extra (``pip install 'lccn-subscriber[otel]'``); without it
+    nothing of OpenTelemetry is loaded and ``enabled: true`` fails the start."""
+
+    enabled: bool = False
+    """Record spans (and log each event's ``trace_id``)."""
+    exporter: Literal["otlp", "none"] = "otlp"
+    """``otlp``: send spans over OTLP/HTTP to ``endpoint``; ``none``: record trace ids in the
+    store and logs only, export nothing."""
+    endpoint: str = ""
+    """The OTLP/HTTP traces URL (e.g. ``http://collector:4318/v1/traces``); empty: the
+    exporter's own default, or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``."""
+    service_name: str = "lccn-subscriber"
+    """``service.name`` of the spans' resource."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str) -> str:
+        if value and not re.match(r"https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+
 #: The largest secret file read from ``LCCN_SECRETS_DIR`` (a setting, not a blob).
 _MAX_SECRET_BYTES = 64 * 1024
 
@@ -991,6 +1016,8 @@ class Settings(BaseSettings):
     """The Tacker client."""
     log: LogSettings = LogSettings()
     """Logging."""
+    tracing: TracingSettings = TracingSettings()
+    """OpenTelemetry tracing (the ``otel`` extra)."""
 
     @classmethod
     def settings_customise_sources(

@@ -16,7 +16,9 @@ Record headers carry what a consumer needs beyond the body:
 * ``lccn-api-version``: the callback's ``Version`` header, else the API version
   the notification's links name (``1.3.0`` for v1, ``2.0.0`` for v2);
 * ``lccn-received-at``: when the relay received it (epoch seconds);
-* ``lccn-relay``: which relay (``relay.id``, default host name and pid).
+* ``lccn-relay``: which relay (``relay.id``, default host name and pid);
+* ``traceparent``: the W3C trace context of the callback's ingest span (tracing
+  on), which the consumer's trace of the event continues.
 
 Callback credentials: the ones the settings name (``auth.basic``,
 ``auth.oauth2``, ``auth.mtls``), and, when ``database.url`` is a shared
@@ -62,11 +64,14 @@ def record_headers(new: NewEvent, relay_id: str, received_at: float) -> list[tup
         links = getattr(new.notification, "links", None)
         href = getattr(getattr(links, "vnfInstance", None), "href", "")
         version = API_VERSIONS["v1" if "/vnflcm/v1/" in href else "v2"]
-    return [
+    headers = [
         ("lccn-api-version", version.encode()),
         ("lccn-received-at", f"{received_at:.6f}".encode()),
         ("lccn-relay", relay_id.encode()),
     ]
+    if new.traceparent:
+        headers.append(("traceparent", new.traceparent.encode()))
+    return headers
 
 
 class KafkaProduceSink(Component):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from schemas import Notification, NotificationParseError, parse_notification
+from subscriber import tracing
 from subscriber.config import DispatchSettings
 from subscriber.errors import EndJob, EventRejected, LccnError, LeaseLost, SkipStep, StepInterrupted
 from subscriber.failed import failure_output
@@ -85,6 +86,19 @@ class _Failure:
     error_class: str
     message: str
     rejected: bool = False  # Tacker contradicts the notification (EventRejected)
+
+
+def _job_attributes(event: EventRow) -> dict[str, str | int]:
+    attrs: dict[str, str | int] = {"lccn.event_id": event.id, "lccn.source": event.source}
+    for key, value in (
+        ("lccn.vnf_instance_id", event.vnf_instance_id),
+        ("lccn.vnf_lcm_op_occ_id", event.vnf_lcm_op_occ_id),
+        ("lccn.operation", event.operation),
+        ("lccn.operation_state", event.operation_state),
+    ):
+        if value is not None:
+            attrs[key] = value
+    return attrs
 
 
 def classify(exc: BaseException, retry: RetryClass) -> _Failure:
@@ -178,7 +192,11 @@ class Runner:
         Raises:
             LeaseLost: the lease was lost; nothing more was written.
         """
-        outcome, mode = await self._run(event, lease)
+        attrs = _job_attributes(event) if tracing.enabled() else None
+        # Continues the trace its ingest began (stored with the event), in this process.
+        with tracing.span("job", attrs, parent=event.traceparent) as span:
+            outcome, mode = await self._run(event, lease)
+            span.set("lccn.outcome", outcome.value)
         if outcome is JobOutcome.ECHO:
             return outcome  # no job ran; counted as a skip
         if self._metrics is not None:
@@ -255,15 +273,16 @@ class Runner:
                 job = resumed
                 await self._store.events.set_status(event.id, EventStatus.RUNNING, fence=fence)
         mode = job.mode
-        adapter = EventLogAdapter(
-            log,
-            {
-                "event_id": event.id,
-                "job_id": job.id,
-                "vnfInstanceId": event.vnf_instance_id,
-                "vnfLcmOpOccId": event.vnf_lcm_op_occ_id,
-            },
-        )
+        ids: dict[str, Any] = {
+            "event_id": event.id,
+            "job_id": job.id,
+            "vnfInstanceId": event.vnf_instance_id,
+            "vnfLcmOpOccId": event.vnf_lcm_op_occ_id,
+        }
+        trace_id = tracing.current_trace_id()
+        if trace_id is not None:
+            ids["trace_id"] = trace_id
+        adapter = EventLogAdapter(log, ids)
         ctx = JobContext(
             event_id=event.id,
             job_id=job.id,
@@ -391,7 +410,10 @@ class Runner:
             return StepOutcome(idx, step.name, step.idempotent, status, started_at, **kw)
 
         try:
-            result = result_json(await asyncio.wait_for(step.run(ctx.for_step(step)), step.timeout))
+            # Current while the step runs: its SSH commands and Tacker calls are its children.
+            with tracing.span("step", {"lccn.step": step.name} if tracing.enabled() else None):
+                done = await asyncio.wait_for(step.run(ctx.for_step(step)), step.timeout)
+            result = result_json(done)
         except SkipStep as skip:
             self._observe_step(step.name, "skipped", started_at)
             stored = result_json(skip.result)

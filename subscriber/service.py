@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
 from handlers import routing_for
+from subscriber import tracing
 from subscriber.config import Settings
 from subscriber.dispatcher import Dispatcher
 from subscriber.errors import ConfigError
@@ -40,6 +42,7 @@ from subscriber.openstack import OpenStackClient
 from subscriber.retention import Pruner
 from subscriber.runner import Runner
 from subscriber.ssh import SshPool
+from subscriber.ssh.traced import TracedSsh
 from subscriber.status import StatusReporter
 from subscriber.store import Store
 from subscriber.store.wake import PgWakeListener, PgWakeSender
@@ -153,6 +156,9 @@ class Service(Component):
             answers=self.answers,
         )
         self.services = own.merged(given)
+        if tracing.enabled() and self.services.ssh is not None:
+            # Only when on: untraced, a step's SSH call goes straight to the executor.
+            self.services = replace(self.services, ssh=TracedSsh(self.services.ssh))
         self._owned: list[Any] = [c for c in (self.ssh, self.openstack, self.tacker) if c]
         configured = self.services.configured()
         missing = sorted({"tacker", "openstack"} - configured)

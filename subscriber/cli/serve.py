@@ -24,6 +24,7 @@ import sys
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
+from subscriber import tracing
 from subscriber.cli.helpers import EXIT_OK, Parents, Subparsers, settings_from
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         die_with_parent(args.parent_pid)
         return _run_worker(settings, args.link_fd)
     setup_logging(settings.log.format, settings.log.level)
+    tracing.check(settings.tracing)  # the extra is there, before anything forks
     if args.role == "relay":
         return _run_relay(settings)
     # Before the fork: neither process then holds Alembic.
@@ -107,7 +109,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             service = Service(settings, role=args.role)
         await service.serve_forever(stop)
 
-    asyncio.run(run())
+    # After the fork: the exporter's thread belongs to this process alone.
+    tracing.configure(settings.tracing, role="ingest" if args.role == "all" else args.role)
+    try:
+        asyncio.run(run())
+    finally:
+        tracing.shutdown()
     return EXIT_OK
 
 
@@ -211,7 +218,11 @@ def _run_relay(settings: Settings) -> int:
     async def run() -> None:
         await Relay(settings).serve_forever(_stop_on_signals())
 
-    asyncio.run(run())
+    tracing.configure(settings.tracing, role="relay")
+    try:
+        asyncio.run(run())
+    finally:
+        tracing.shutdown()
     return EXIT_OK
 
 
@@ -231,7 +242,11 @@ def _run_worker(settings: Settings, link_fd: int) -> int:
         stop = _stop_on_signals()
         await Service(settings, role="worker", link_fd=link_fd).serve_forever(stop)
 
-    asyncio.run(run())
+    tracing.configure(settings.tracing, role="worker")
+    try:
+        asyncio.run(run())
+    finally:
+        tracing.shutdown()
     return EXIT_OK
 
 

@@ -29,9 +29,11 @@ from prometheus_client import Counter
 
 from schemas import NotificationParseError, parse_notification
 from schemas.openapi import OPENAPI_PATH, openapi_document
+from subscriber import tracing
 from subscriber.config import HttpSettings
 from subscriber.errors import LccnError, ListenFailed
 from subscriber.ingest.problems import problem_middleware, problem_response
+from subscriber.ingest.traced import ingest_attributes, note_appended
 from subscriber.lifecycle import Component
 from subscriber.store import NewEvent
 
@@ -104,12 +106,21 @@ async def _notification(request: web.Request) -> web.Response:
         notification = parse_notification(body)
     except NotificationParseError as exc:
         return problem_response(400, exc.detail, instance=request.path, field=exc.field)
-    new = NewEvent(source="http", notification=notification, raw=body, api_version=version)
-    try:
-        await sink.append(new)
-    except LccnError as exc:
-        headers = {"Retry-After": "1"} if exc.retriable else None
-        return problem_response(503, exc.message, instance=request.path, headers=headers)
+    with tracing.span("ingest", ingest_attributes("http", notification)) as span:
+        new = NewEvent(
+            source="http",
+            notification=notification,
+            raw=body,
+            api_version=version,
+            traceparent=span.traceparent,
+        )
+        try:
+            result = await sink.append(new)
+        except LccnError as exc:
+            span.set("lccn.stored", False)
+            headers = {"Retry-After": "1"} if exc.retriable else None
+            return problem_response(503, exc.message, instance=request.path, headers=headers)
+        note_appended(span, result)
     return web.Response(status=204)
 
 

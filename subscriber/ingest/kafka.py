@@ -30,13 +30,14 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
+from subscriber import tracing
 from subscriber.config import KafkaSettings
 from subscriber.errors import RecordRejected
 from subscriber.ingest.kafka_client import consumer_options
@@ -47,6 +48,7 @@ from subscriber.ingest.kafka_records import (
     record_meta,
 )
 from subscriber.ingest.offsets import OffsetTracker, Partition, Ticket
+from subscriber.ingest.traced import ingest_attributes, note_appended
 from subscriber.lifecycle import Component, State
 from subscriber.store import AppendResult, NewEvent
 
@@ -419,16 +421,37 @@ class KafkaSource(Component):
                 valid.append((ticket, decode_record(record, self._settings.client_id)))
             except Exception:
                 poison.append((record, ticket))
+        # One ingest span per record, ended once the batch is stored (or abandoned).
+        spans = [tracing.NOOP] * len(valid)
+        if tracing.enabled():
+            # A relay's record carries its callback's trace: continued, else a new one.
+            spans = [
+                tracing.start(
+                    "ingest", ingest_attributes("kafka", new.notification), parent=new.traceparent
+                )
+                for _, new in valid
+            ]
+            valid = [
+                (ticket, replace(new, traceparent=span.traceparent))
+                for (ticket, new), span in zip(valid, spans, strict=True)
+            ]
+        error: BaseException | None = None
         try:
             if valid:
                 results = await self._append_many_with_retry([new for _, new in valid])
-                for (ticket, _), result in zip(valid, results, strict=True):
+                for (ticket, _), result, span in zip(valid, results, spans, strict=True):
                     if result.duplicate:
                         self._duplicates += 1
                     else:
                         self._stored += 1
+                    note_appended(span, result)
                     self._tracker.done(ticket)
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
+            for span in spans:
+                span.end(error)
             self._in_flight -= len(valid)
             self._progress.set()
         await asyncio.gather(*(self._store_one(record, ticket) for record, ticket in poison))

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from schemas import NotificationParseError, parse_notification, parse_notification_data
 from subscriber.errors import RecordRejected
 from subscriber.store import NewEvent
+from subscriber.tracing import trace_id_of
 
 __all__ = ["KafkaRecord", "decode_record", "poison_dedup_key", "record_meta"]
 
@@ -113,6 +114,15 @@ def _unwrap_oslo(data: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
 _VERSION = re.compile(r"[0-9A-Za-z.+-]{1,32}")
 
 
+def _traceparent(record: KafkaRecord) -> str | None:
+    """The relay's ``traceparent`` header (its callback's trace), when it is a valid one."""
+    for name, value in record.headers or ():
+        if name == "traceparent" and value:
+            text = value.decode("ascii", "replace")
+            return text if trace_id_of(text) is not None else None
+    return None
+
+
 def _api_version(record: KafkaRecord) -> str | None:
     """The relay's ``lccn-api-version`` header (Tacker's ``Version``), when it is one."""
     for name, value in record.headers or ():
@@ -154,6 +164,7 @@ def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
             raw=record.value,
             meta=meta,
             api_version=_api_version(record),
+            traceparent=_traceparent(record),
         )
     try:
         data = json.loads(record.value)
@@ -168,7 +179,13 @@ def decode_record(record: KafkaRecord, consumer: str | None = None) -> NewEvent:
     except NotificationParseError as exc:
         raise RecordRejected(exc.detail, exc.field) from None
     _check_key(record, meta, notification.vnfInstanceId)
-    return NewEvent(source="kafka", notification=notification, body=body, meta=meta)
+    return NewEvent(
+        source="kafka",
+        notification=notification,
+        body=body,
+        meta=meta,
+        traceparent=_traceparent(record),
+    )
 
 
 # Topics already warned about: a relay that keys records wrongly would

@@ -112,6 +112,7 @@ def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
         "status_detail": None,
         "notified_at": notified_at(n.timeStamp) if occ else None,
         "op_occ_attempt": 0,
+        "traceparent": new.traceparent,
     }
 
 
@@ -130,7 +131,7 @@ class _Pending:
 
 
 _SQLITE_ROW = f"({', '.join('?' * (len(APPEND_COLUMNS) + 1))})"
-# Rows per multi-row INSERT: 20 parameters each, well inside SQLite's 32766.
+# Rows per multi-row INSERT: 21 parameters each, well inside SQLite's 32766.
 _ROWS_PER_INSERT = 500
 _TASK = "event-batcher"
 _IN_FLIGHT = 2  # batches committing at once (one in the transaction, the next queued)

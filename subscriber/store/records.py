@@ -55,6 +55,8 @@ class NewEvent:
             they cannot hold a secret, and otherwise decodes and redacts them.
         api_version: the ``Version`` header, when present.
         meta: where it came from (Kafka topic/partition/offset/headers ...).
+        traceparent: the W3C ``traceparent`` of its ingest span (tracing on); the job
+            continues that trace, in whichever process runs it.
     """
 
     source: str
@@ -63,6 +65,7 @@ class NewEvent:
     api_version: str | None = None
     meta: dict[str, Any] | None = None
     raw: bytes | None = None
+    traceparent: str | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -116,6 +119,8 @@ class EventRow:
     replay_mode: str | None = None
     notified_at: float | None = None
     op_occ_attempt: int = 0
+    # The ingest span's W3C traceparent (tracing on): the job's span continues it.
+    traceparent: str | None = None
 
     @classmethod
     def from_mapping(cls, row: Any) -> EventRow:
@@ -124,6 +129,7 @@ class EventRow:
             replay_mode=row.get("replay_mode"),
             notified_at=row.get("notified_at"),
             op_occ_attempt=row.get("op_occ_attempt") or 0,
+            traceparent=row.get("traceparent"),
         )
 
     def body_json(self) -> dict[str, Any]:
@@ -149,7 +155,15 @@ class EventRow:
             "status": self.status,
             "statusDetail": self.status_detail,
             "replayMode": self.replay_mode,
+            "traceId": self.trace_id,
         }
+
+    @property
+    def trace_id(self) -> str | None:
+        """The id of the event's trace (tracing was on at ingest), else ``None``."""
+        from subscriber.tracing import trace_id_of
+
+        return trace_id_of(self.traceparent)
 
 
 _EVENT_COLUMNS = (
@@ -173,7 +187,7 @@ _EVENT_COLUMNS = (
     "status_detail",
 )
 # What an append writes, in this order (the store gives the id).
-APPEND_COLUMNS = (*_EVENT_COLUMNS[1:], "notified_at", "op_occ_attempt")
+APPEND_COLUMNS = (*_EVENT_COLUMNS[1:], "notified_at", "op_occ_attempt", "traceparent")
 
 
 def state_rank(notification: Notification) -> int | None:

@@ -95,6 +95,8 @@ events = sa.Table(
     # 0 for an op-occ's first run; +1 for each retry or rollback after FAILED_TEMP
     # (see subscriber.store.attempts).
     sa.Column("op_occ_attempt", sa.Integer, nullable=False, server_default="0"),
+    # The W3C traceparent of the ingest span (tracing on): the job continues its trace.
+    sa.Column("traceparent", sa.String(55), nullable=True),
     sa.UniqueConstraint("dedup_key", name="uq_events_dedup_key"),
 )
 sa.Index("ix_events_status_instance", events.c.status, events.c.vnf_instance_id)

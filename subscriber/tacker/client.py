@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from subscriber import tracing
 from subscriber.config import TackerSettings
 from subscriber.errors import (
     PackageNotFound,
@@ -220,6 +221,37 @@ class TackerClient(Component):
             PermanentStepError: the body streamed to ``sink`` exceeds ``max_bytes``.
         """
         self._ensure_running()
+        call = self._request(
+            method, path, body, params, expected, api, content_type, accept, sink,
+            max_bytes, call_timeout,
+        )  # fmt: skip
+        if not tracing.enabled():
+            return await call
+        # The path's template only: ids and file names stay out of the span.
+        attrs = {"http.request.method": method, "url.template": tracing.path_template(path)}
+        with tracing.span("tacker", attrs) as span:
+            try:
+                response = await call
+            except (TackerUnavailable, TackerRejected) as exc:
+                span.set("http.response.status_code", exc.status)
+                raise
+            span.set("http.response.status_code", response.status)
+            return response
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: Mapping[str, str] | None,
+        expected: tuple[int, ...],
+        api: ApiVersion | None,
+        content_type: str,
+        accept: str,
+        sink: IO[bytes] | None,
+        max_bytes: int | None,
+        call_timeout: float | None,
+    ) -> Response:
         assert self._session is not None and self._auth is not None
         what = f"Tacker {method} {path}"
         data = None if body is None else json.dumps(body).encode()

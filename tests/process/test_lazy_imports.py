@@ -5,7 +5,8 @@ Each of them costs megabytes of resident memory in every process of ``serve``
 7, cryptography about 7, asyncpg and aiokafka about 3 each); they are imported where
 they are used. So are SQLAlchemy's ORM and asyncio extension (about 6) and its PostgreSQL
 dialect (about 2), PostgreSQL only, and the cluster handlers with their steps and
-YAML (about 2, when cluster handlers are on).
+YAML (about 2, when cluster handlers are on), and OpenTelemetry (the ``otel`` extra, only
+with ``tracing.enabled``).
 That they still work when used is the business of the ``ssh``, ``tacker`` and
 ``kafka`` tiers and of the PostgreSQL tests.
 """
@@ -44,6 +45,9 @@ UNUSED = (
     "handlers.steps",
     "handlers.instantiate",
     "yaml",
+    # The otel extra (installed in the test environment): loaded only with tracing on.
+    "opentelemetry",
+    "google.protobuf",
 )
 
 
@@ -82,7 +86,7 @@ def test_a_service_started_and_stopped_loads_none_of_them(tmp_path: Path) -> Non
         timeout=60,
     )
     modules = set(json.loads(out.stdout.splitlines()[-1]))
-    assert "subscriber.service" in modules
+    assert {"subscriber.service", "subscriber.tracing"} <= modules
     assert _loaded(modules) == []
 
 
@@ -112,5 +116,7 @@ async def test_serve_migrates_a_new_store_and_its_processes_load_none_of_them(
         for line in text.splitlines()
         if line.startswith("import time:") and "|" in line
     }
-    assert {"subscriber.service", "subscriber.dispatcher"} <= modules, text[-4000:]
+    assert {"subscriber.service", "subscriber.dispatcher", "subscriber.tracing"} <= modules, text[
+        -4000:
+    ]
     assert _loaded(modules) == []
