@@ -22,7 +22,13 @@ async def test_keystone_refuses_a_wrong_password_and_calls_without_a_token(cloud
     cloud.token = good
     resp = await cloud.login()
     catalog = (await resp.json())["token"]["catalog"]
-    assert {s["type"] for s in catalog} == {"identity", "orchestration", "image", "compute"}
+    assert {s["type"] for s in catalog} == {
+        "identity",
+        "orchestration",
+        "image",
+        "compute",
+        "key-manager",
+    }
     assert all(e["url"].startswith(cloud.sim.url) for s in catalog for e in s["endpoints"])
 
 
