@@ -13,9 +13,10 @@ the stand-in) and the same real Tacker 16.0.0 and simulated OpenStack:
   builds the cluster from the notifications and writes ``vimConnectionInfo`` back. Its
   end is every node Ready *and* that entry stored in Tacker.
 
-Each is timed from the request's 202 to its end. Cases: INSTANTIATE simple (1 master
-+ 2 workers). Still to come (issue 28): INSTANTIATE complex, SCALE_OUT by 3 workers,
-the fidelity diff. The last line is ``ratio=<Tacker's total / ours>``.
+Each is timed from the request's 202 to its end. Cases (``--cases``, default both):
+INSTANTIATE simple (1 master + 2 workers) and INSTANTIATE complex (3 masters behind the
+VIP + 2 workers). Still to come (issue 28): SCALE_OUT by 3 workers, the fidelity diff.
+The last line is ``ratio=<Tacker's total / ours>`` over the cases run.
 
 Needs root, the real-mode tools and the Tacker bed (``scripts/setup.d/10-sshd.sh``,
 ``20-tacker.sh``, ``21-tacker-sdist.sh``, ``40-k8s.sh``). Takes a few minutes:
@@ -24,6 +25,7 @@ Needs root, the real-mode tools and the Tacker bed (``scripts/setup.d/10-sshd.sh
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -82,9 +84,12 @@ def all_ready(bed: TestBed, master: TestHost, count: int) -> bool:
     return len(nodes) == count and all(nodes.values())
 
 
-def instantiate_body(sim: SimProcess, params: dict[str, Any]) -> dict[str, Any]:
+CASES = {"simple": (1, 2), "complex": (3, 2)}  # flavour -> (masters, workers)
+
+
+def instantiate_body(flavour: str, sim: SimProcess, params: dict[str, Any]) -> dict[str, Any]:
     return {
-        "flavourId": "simple",
+        "flavourId": flavour,
         "vimConnectionInfo": sim.vim_connection_info(),
         "extVirtualLinks": ext_virtual_links(NETWORK_ID),
         "additionalParams": params,
@@ -107,11 +112,17 @@ def timed(
     return inst, time.monotonic() - t0
 
 
+def split(flavour: str, hosts: TestBed) -> tuple[list[TestHost], list[TestHost]]:
+    n_masters, n_workers = CASES[flavour]
+    return hosts.hosts[:n_masters], hosts.hosts[n_masters : n_masters + n_workers]
+
+
 def run_tacker(
-    tacker: TackerClient, vnfd: str, sim: SimProcess, hosts: TestBed
+    flavour: str, tacker: TackerClient, vnfd: str, sim: SimProcess, hosts: TestBed
 ) -> tuple[float, str]:
-    master, workers = hosts.hosts[0], hosts.hosts[1:3]
-    with tacker_driver.prepared_hosts(hosts, [master], workers):
+    masters, workers = split(flavour, hosts)
+    master, count = masters[0], len(masters) + len(workers)
+    with tacker_driver.prepared_hosts(hosts, masters, workers):
         state: dict[str, str] = {}
 
         def end(inst: str) -> bool:
@@ -121,41 +132,44 @@ def run_tacker(
             state["op"] = occ[-1]["operationState"]
             if state["op"] in ("FAILED_TEMP", "FAILED", "ROLLED_BACK"):
                 raise AssertionError(f"Tacker's script: {occ[-1].get('error')}")
-            return state["op"] == "COMPLETED" and all_ready(hosts, master, 3)
+            return state["op"] == "COMPLETED" and all_ready(hosts, master, count)
 
-        body = instantiate_body(sim, tacker_driver.driver_params(hosts))
-        inst, seconds = timed(tacker, vnfd, "vs-tacker-driver", body, end)
+        params = tacker_driver.driver_params(hosts, ha=len(masters) > 1)
+        body = instantiate_body(flavour, sim, params)
+        inst, seconds = timed(tacker, vnfd, f"vs-tacker-driver-{flavour}", body, end)
         terminate_and_delete(tacker, inst)
     return seconds, "op-occ COMPLETED with every node Ready (the script keeps no access data)"
 
 
 def run_ours(
+    flavour: str,
     bed: tacker_bed.BedState,
     tacker: TackerClient,
     sim: SimProcess,
     hosts: TestBed,
     tmp: Path,
 ) -> tuple[float, str]:
-    master = hosts.hosts[0]
+    masters, workers = split(flavour, hosts)
+    master, count = masters[0], len(masters) + len(workers)
     assert bed.vnfd_id is not None
     serve = ServeProcess(tmp, serve_config(bed, sim, hosts))
-    serve.start()
+    serve.start(timeout=120.0)  # a loaded machine: other runs share the 2 cores
     try:
         tacker.wait_subscribed(serve.callback_url, timeout=60)
 
         def end(inst: str) -> bool:
             stored = tacker_bed.stored_vim_connection_info(bed, inst) or {}
-            return VIM_KEY in stored and all_ready(hosts, master, 3)
+            return VIM_KEY in stored and all_ready(hosts, master, count)
 
         params = k8s_params(
             master_user="root",
             worker_user=hosts.user or "root",
             key=str(hosts.client_key),
             password=hosts.password,
+            ha=len(masters) > 1,
         )
-        inst, seconds = timed(
-            tacker, bed.vnfd_id, "vs-tacker-serve", instantiate_body(sim, params), end
-        )
+        body = instantiate_body(flavour, sim, params)
+        inst, seconds = timed(tacker, bed.vnfd_id, f"vs-tacker-serve-{flavour}", body, end)
         terminate_and_delete(tacker, inst)
     finally:
         serve.stop()
@@ -171,8 +185,15 @@ def fresh(hosts: TestBed) -> None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default=",".join(CASES), help="flavours, comma-separated")
+    cases = parser.parse_args().cases.split(",")
+    unknown = set(cases) - set(CASES)
+    if unknown:
+        parser.error(f"unknown cases {sorted(unknown)}; known: {', '.join(CASES)}")
     print(machine())
-    hosts = testhosts.create(3, password=True, kubernetes="real")
+    count = max(sum(CASES[c]) for c in cases)
+    hosts = testhosts.create(count, password=True, kubernetes="real")
     sim = SimProcess(
         server_pool=",".join(h.address for h in hosts.hosts), vip_pool=hosts.unused_address
     )
@@ -182,14 +203,19 @@ def main() -> int:
         tacker_bed.build_and_onboard(bed)
         driver_vnfd = tacker_driver.build_and_onboard_driver_package(bed)
         tacker = TackerClient(bed.url)
-        with tempfile.TemporaryDirectory(prefix="vs-tacker-") as tmp:
-            fresh(hosts)
-            t_tacker, what_tacker = run_tacker(tacker, driver_vnfd, sim, hosts)
-            print(f"INSTANTIATE simple, Tacker's v2 script: {t_tacker:.1f} s ({what_tacker})")
-            fresh(hosts)
-            t_ours, what_ours = run_ours(bed, tacker, sim, hosts, Path(tmp))
-            print(f"INSTANTIATE simple, serve: {t_ours:.1f} s ({what_ours})")
-        print(f"total: Tacker {t_tacker:.1f} s, ours {t_ours:.1f} s (INSTANTIATE simple only)")
+        t_tacker = t_ours = 0.0
+        for case in cases:
+            with tempfile.TemporaryDirectory(prefix="vs-tacker-") as tmp:
+                fresh(hosts)
+                seconds, what = run_tacker(case, tacker, driver_vnfd, sim, hosts)
+                t_tacker += seconds
+                print(f"INSTANTIATE {case}, Tacker's v2 script: {seconds:.1f} s ({what})")
+                fresh(hosts)
+                seconds, what = run_ours(case, bed, tacker, sim, hosts, Path(tmp))
+                t_ours += seconds
+                print(f"INSTANTIATE {case}, serve: {seconds:.1f} s ({what})", flush=True)
+        fresh(hosts)
+        print(f"total ({', '.join(cases)}): Tacker {t_tacker:.1f} s, ours {t_ours:.1f} s")
         print(f"ratio={t_tacker / t_ours:.2f}")
     finally:
         tacker_bed.stop(bed)
