@@ -735,8 +735,9 @@ def build_and_onboard(
     """Build a sample package with a fresh vnfdId and onboard it; returns the vnfdId.
 
     ``package`` names a directory of ``scripts/vnf_package/``; ``extra``: files added to
-    the zip (path in the package -> content). Only the default package as it is (the
-    cluster VNF) becomes the bed's own package (``state.vnfd_id``).
+    the zip, or put in place of the package's own (path in the package -> content).
+    Only the default package as it is (the cluster VNF) becomes the bed's own package
+    (``state.vnfd_id``).
     """
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
@@ -751,9 +752,8 @@ def build_and_onboard(
             Path(state.workdir) / f"{package}_{uuid.uuid4().hex[:8]}_{attempt}.zip",
             package=package,
         )
-        with zipfile.ZipFile(zip_path, "a") as archive:
-            for name, content in (extra or {}).items():
-                archive.writestr(name, content)
+        if extra:
+            _add_to_zip(zip_path, extra)
         try:
             onboard(
                 state,
@@ -770,6 +770,17 @@ def build_and_onboard(
                 file=sys.stderr,
             )
     raise AssertionError("unreachable")
+
+
+def _add_to_zip(zip_path: Path, files: dict[str, str | bytes]) -> None:
+    """Add ``files`` to the zip; one of the same name replaces the package's own."""
+    with zipfile.ZipFile(zip_path) as archive:
+        kept = [(i, archive.read(i)) for i in archive.infolist() if i.filename not in files]
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info, content in kept:
+            archive.writestr(info, content)
+        for name, content in files.items():
+            archive.writestr(name, content)
 
 
 def main() -> None:
