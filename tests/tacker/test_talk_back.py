@@ -26,7 +26,7 @@ from subscriber.config import (
 from subscriber.service import Service
 from subscriber.store import EventRow
 from subscriber.tacker import TackerClient, ensure_subscription
-from tests.conftest import free_port
+from tests.conftest import Started, free_port
 from tests.tacker import writeback_handler as wb
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import k8s_params
@@ -61,20 +61,11 @@ def db_url(tmp_path: Path) -> str:
 @pytest.fixture
 async def services() -> AsyncIterator[Callable[[Settings], Any]]:
     """Start Services; at teardown stop them and delete the subscriptions they made."""
-    started: list[Service] = []
-
-    async def start(settings: Settings) -> Service:
-        svc = Service(settings)
-        await svc.start()
-        started.append(svc)
-        return svc
-
-    yield start
-    subs = [s.subscriptions.subscription_id for s in started if s.subscriptions]
-    for svc in reversed(started):
-        await svc.stop()
-    if started:
-        async with TackerClient(started[0].settings.tacker) as client:
+    async with Started(Service) as start:
+        yield start
+        subs = [s.subscriptions.subscription_id for s in start.items if s.subscriptions]
+    if start.items:
+        async with TackerClient(start.items[0].settings.tacker) as client:
             for sub in subs:
                 if sub:
                     await client.delete_subscription(sub)
