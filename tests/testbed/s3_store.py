@@ -17,10 +17,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testbed.kafka_broker import free_port
+from tests.testbed.kafka_broker import ServerProcess, free_port, setup_cache
 
 __all__ = ["S3Store", "moto_server", "start_s3"]
 
@@ -33,10 +32,7 @@ def moto_server() -> Path:
     explicit = os.environ.get("LCCN_MOTO_SERVER")
     if explicit:
         return Path(explicit)
-    cache = Path(
-        os.environ.get("LCCN_TEST_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lccn-subscriber"
-    )
+    cache = setup_cache()
     binary = cache / f"moto-{VERSION}" / "venv" / "bin" / "moto_server"
     if not binary.exists():
         raise FileNotFoundError(
@@ -45,11 +41,7 @@ def moto_server() -> Path:
     return binary
 
 
-@dataclass
-class S3Store:
-    port: int
-    process: subprocess.Popen[bytes]
-
+class S3Store(ServerProcess):
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -68,15 +60,6 @@ class S3Store:
             "AWS_ENDPOINT": self.endpoint,
             "AWS_ALLOW_HTTP": "true",
         }
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def start_s3(*, log: Path | None = None, timeout: float = 30.0) -> S3Store:
