@@ -116,16 +116,23 @@ async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
         await producer.stop()
 
 
-async def bare(bootstrap: str, topic: str, count: int) -> float:
-    consumer = AIOKafkaConsumer(
+def _from_the_start(bootstrap: str, topic: str, group: str, **options: Any) -> AIOKafkaConsumer:
+    """A consumer of ``topic`` from its first record, in a new group named after ``group``,
+    that commits its offsets itself (the bare and the floor readers)."""
+    return AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
-        group_id=f"bare-{uuid.uuid4().hex[:8]}",
+        group_id=f"{group}-{uuid.uuid4().hex[:8]}",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         session_timeout_ms=6000,
         heartbeat_interval_ms=500,
+        **options,
     )
+
+
+async def bare(bootstrap: str, topic: str, count: int) -> float:
+    consumer = _from_the_start(bootstrap, topic, "bare")
     await consumer.start()
     seen = 0
     first = 0.0
@@ -286,16 +293,7 @@ async def floor(bootstrap: str, topic: str, count: int, url: str, synchronous: s
     """Records/s of the plain consumer: getmany, rows, one transaction, commit offsets."""
     table = FloorTable(url, synchronous)
     await table.create()
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        client_id=CLIENT_ID,
-        group_id=f"floor-{uuid.uuid4().hex[:8]}",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=500,
-    )
+    consumer = _from_the_start(bootstrap, topic, "floor", client_id=CLIENT_ID)
     max_records = KafkaSettings().max_poll_records  # ours fetches this many at most too
     await consumer.start()
     done = 0
