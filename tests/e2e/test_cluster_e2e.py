@@ -35,12 +35,16 @@ from subscriber.config import (
 from subscriber.service import Service
 from subscriber.store import EventRow, StepStatus
 from subscriber.tacker import TackerClient
-from tests.cluster_fakes import k8s_params
+from tests.cluster_fakes import host_params
 from tests.conftest import free_port
 from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import CallbackRecorder, ext_virtual_links, unique_name
+from tests.testbed.tacker_api import (
+    CallbackRecorder,
+    instantiate_request,
+    unique_name,
+)
 from tests.testbed.tacker_api import TackerClient as SyncTacker
 
 pytestmark = [
@@ -171,23 +175,14 @@ async def test_instantiate_builds_the_cluster_and_terminate_forgets_it(
     instantiated = False
     try:
         # Masters log in as root with a key, workers as a sudo user with a password.
-        params = k8s_params(
-            master_user="root",
-            worker_user=hosts.user,
-            key=str(hosts.client_key),
-            password=hosts.password,
-            ha=ha,
-        )
+        params = host_params(hosts, ha=ha)
         occ = await asyncio.to_thread(
             tacker.run_op,
             inst,
             "instantiate",
-            {
-                "flavourId": flavour,
-                "vimConnectionInfo": host_sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
+            instantiate_request(
+                host_sim.vim_connection_info(), params, NETWORK_ID, flavour=flavour
+            ),
         )
         instantiated = occ["operationState"] == "COMPLETED"
         assert instantiated, occ.get("error")

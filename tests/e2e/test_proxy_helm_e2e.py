@@ -23,13 +23,13 @@ from handlers.toolkit import helm, proxy
 from subscriber.service import Service
 from subscriber.store import StepStatus
 from tests import REPO
-from tests.cluster_fakes import k8s_params
+from tests.cluster_fakes import host_params
 from tests.e2e.test_cluster_e2e import handled, octet, service, steps_of
 from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import TackerClient as SyncTacker
-from tests.testbed.tacker_api import ext_virtual_links, unique_name
+from tests.testbed.tacker_api import instantiate_request, unique_name
 
 __all__ = ["service"]  # the fixture, shared with test_cluster_e2e
 
@@ -68,12 +68,7 @@ async def test_proxy_and_helm_through_the_real_tacker(
     inst = await asyncio.to_thread(tacker.create, bed.vnfd_id, unique_name("e2e-proxy-helm"))
     instantiated = False
     try:
-        params = k8s_params(
-            master_user="root",
-            worker_user=hosts.user,
-            key=str(hosts.client_key),
-            password=hosts.password,
-        )
+        params = host_params(hosts)
         params["k8s_cluster_installation_param"].update(
             proxy={"http_proxy": HTTP, "https_proxy": HTTP, "k8s_node_cidr": "10.77.0.0/24"},
             helm_installation_script_path=HELM_PATH,
@@ -82,12 +77,7 @@ async def test_proxy_and_helm_through_the_real_tacker(
             tacker.run_op,
             inst,
             "instantiate",
-            {
-                "flavourId": "simple",
-                "vimConnectionInfo": host_sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
+            instantiate_request(host_sim.vim_connection_info(), params, NETWORK_ID),
         )
         instantiated = occ["operationState"] == "COMPLETED"
         assert instantiated, occ.get("error")
