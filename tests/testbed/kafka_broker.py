@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Broker", "free_port", "start_broker", "stop_pid", "tansu_binary"]
 
@@ -75,6 +76,19 @@ def _port_open(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def spawn(argv: list[Any], log: Path | None, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with no stdin and its output appended to ``log`` (or dropped);
+    ``popen``: more of :class:`subprocess.Popen`'s arguments."""
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
+    try:
+        return subprocess.Popen(
+            [str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=out, stderr=out, **popen
+        )
+    finally:
+        if log:
+            out.close()  # type: ignore[union-attr]
 
 
 @dataclass
@@ -133,28 +147,13 @@ def start_broker(
     binary = tansu_binary()
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
-    try:
-        process = subprocess.Popen(
-            [
-                str(binary),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                storage,
-            ],
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=detach,
-        )
-    finally:
-        if log:
-            out.close()  # type: ignore[union-attr]
+    argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
+    process = spawn(
+        [*argv, "--storage-engine", storage],
+        log,
+        env={**os.environ, **(env or {})},
+        start_new_session=detach,
+    )
     broker = Broker(port, process)
     deadline = time.monotonic() + timeout
     while not _port_open(port):

@@ -13,13 +13,12 @@ and committed offsets intact. Install it with ``bash scripts/setup.d/31-s3.sh``.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.testbed.kafka_broker import ServerProcess, free_port, setup_cache
+from tests.testbed.kafka_broker import ServerProcess, free_port, setup_cache, spawn
 
 __all__ = ["S3Store", "moto_server", "start_s3"]
 
@@ -69,17 +68,7 @@ def start_s3(*, log: Path | None = None, timeout: float = 30.0) -> S3Store:
         RuntimeError: it exited or did not answer within ``timeout``.
     """
     port = free_port()
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
-    try:
-        process = subprocess.Popen(
-            [str(moto_server()), "-H", "127.0.0.1", "-p", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-    finally:
-        if log:
-            out.close()  # type: ignore[union-attr]
+    process = spawn([moto_server(), "-H", "127.0.0.1", "-p", port], log)
     store = S3Store(port, process)
     deadline = time.monotonic() + timeout
     while True:
