@@ -7,7 +7,7 @@ import base64
 import re
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
@@ -228,6 +228,22 @@ async def wait_lanes_idle(http: aiohttp.ClientSession, svc: Service, timeout: fl
 
 
 TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison", "rejected"})
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[Any]], *, timeout: float = 120.0, what: str = ""
+) -> Any:
+    """``predicate``'s first truthy answer, asked every 0.2 s; fails the test after
+    ``timeout`` seconds, naming ``what`` it waited for."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                value = await predicate()
+                if value:
+                    return value
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
 
 async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:

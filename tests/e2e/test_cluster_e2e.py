@@ -16,7 +16,7 @@ import asyncio
 import base64
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from subscriber.service import Service
 from subscriber.store import EventRow, StepStatus
 from subscriber.tacker import TackerClient
 from tests.cluster_fakes import host_params
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
@@ -112,18 +112,15 @@ async def service(
                 await client.delete_subscription(sub)
 
 
-async def wait_until(
-    predicate: Callable[[], Awaitable[Any]], *, timeout: float = 120.0, what: str = ""
-) -> Any:
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                value = await predicate()
-                if value:
-                    return value
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+async def remove_instance(tacker: SyncTacker, inst: str, *, instantiated: bool) -> None:
+    """Terminate (if ``instantiated``) and delete ``inst``: best effort, for a ``finally``,
+    so that an earlier failure stays the one reported."""
+    with contextlib.suppress(AssertionError):
+        if instantiated:
+            await asyncio.to_thread(
+                tacker.run_op, inst, "terminate", {"terminationType": "FORCEFUL"}
+            )
+        await asyncio.to_thread(tacker.delete, inst)
 
 
 async def handled(svc: Service, inst: str, occ: str, *, timeout: float = 240.0) -> EventRow:
@@ -254,12 +251,7 @@ async def test_instantiate_builds_the_cluster_and_terminate_forgets_it(
     finally:
         # Best effort, never hiding the failure: give the hosts' addresses back to the
         # simulator's pool (the next flavour needs them) and remove the instance.
-        with contextlib.suppress(AssertionError):
-            if instantiated:
-                await asyncio.to_thread(
-                    tacker.run_op, inst, "terminate", {"terminationType": "FORCEFUL"}
-                )
-            await asyncio.to_thread(tacker.delete, inst)
+        await remove_instance(tacker, inst, instantiated=instantiated)
 
     # Every event came through serve's own subscription; no secret is stored in clear.
     assert {e.source for e in await svc.store.events.list(vnf_instance_id=inst)} == {"http"}

@@ -10,7 +10,6 @@ OpenStack (the simulator) and kubeadm/kubectl (the stand-ins) are not real.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import stat
 import time
@@ -24,7 +23,7 @@ from subscriber.service import Service
 from subscriber.store import StepStatus
 from tests import REPO
 from tests.cluster_fakes import host_params
-from tests.e2e.test_cluster_e2e import handled, octet, service, steps_of
+from tests.e2e.test_cluster_e2e import handled, octet, remove_instance, service, steps_of
 from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
@@ -119,12 +118,7 @@ async def test_proxy_and_helm_through_the_real_tacker(
         assert {c["host"] for c in kubeadm} >= {f"master{octet(master)}"}
         assert all(c.get("proxy") for c in kubeadm)
     finally:
-        with contextlib.suppress(AssertionError):
-            if instantiated:
-                await asyncio.to_thread(
-                    tacker.run_op, inst, "terminate", {"terminationType": "FORCEFUL"}
-                )
-            await asyncio.to_thread(tacker.delete, inst)
+        await remove_instance(tacker, inst, instantiated=instantiated)
     db = b"".join(p.read_bytes() for p in tmp_path.glob("lccn.db*"))
     assert PASSWORD.encode() not in db and hosts.password.encode() not in db
     print(f"proxy + helm through the real Tacker: cluster in {elapsed:.1f} s")

@@ -90,27 +90,7 @@ def storage_vnfc(loop: Loop) -> dict[str, Any]:
 
 def kubectl(loop: Loop, master: str, args: str, stdin: str | None = None) -> str:
     command = f"kubectl --kubeconfig {ADMIN_CONF} {args}"
-    if stdin is None:
-        return loop.ssh(master, command)
-    out = subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(loop.hosts.client_key),
-            "-o",
-            f"UserKnownHostsFile={loop.hosts.known_hosts}",
-            "-o",
-            "BatchMode=yes",
-            f"root@{master}",
-            command,
-        ],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    return loop.ssh(master, command, stdin)
 
 
 def pvs(loop: Loop, master: str) -> dict[str, tuple[str, str]]:

@@ -42,6 +42,10 @@ class Rig:
         async with self.http.post(callback_url(svc), json=body) as resp:
             assert resp.status == 204, await resp.text()
 
+    def started(self) -> Counter[str]:
+        """How often each step has started, over every job."""
+        return Counter(step for _, _, step, what, _ in runs(self.runs_file) if what == "start")
+
     async def failed_event(self, **handler: Any) -> tuple[Service, Any, dict[str, Any]]:
         """A started Service and one INSTANTIATE COMPLETED event it failed (``fault`` set)."""
         svc = await self.start(**handler)
@@ -80,6 +84,14 @@ def _dump(db_url: str, skip: tuple[str, ...] = ()) -> list[str]:
             for line in conn.iterdump()
             if not any(line.startswith(f'INSERT INTO "{t}"') for t in skip)
         ]
+
+
+async def _failed_then_replayed(svc: Service, event_id: int, mode: str) -> tuple[Any, list[Any]]:
+    """The event's two jobs are the live one, failed, and a replay in ``mode``, done: the
+    failed job and the replay's steps."""
+    jobs = await svc.store.jobs.for_event(event_id)
+    assert [(j.mode, j.status) for j in jobs] == [("live", "failed"), (mode, "done")]
+    return jobs[0], await svc.store.jobs.steps(jobs[1].id)
 
 
 async def _wait_status(svc: Service, event_id: int, status: str, timeout: float = 30) -> None:
@@ -133,18 +145,15 @@ async def test_failed_event_keeps_error_and_ssh_tails_then_resume_continues_at_t
     assert "queued 1 event(s) for replay (mode resume" in out.stdout
     await _wait_status(svc, event.id, "done")
 
-    started = Counter(step for _, ev_id, step, what, _ in runs(rig.runs_file) if what == "start")
-    assert started == Counter({"discover": 1, "install": 2, "token": 1})
-    jobs = await svc.store.jobs.for_event(event.id)
-    assert [(j.mode, j.status) for j in jobs] == [("live", "failed"), ("resume", "done")]
-    steps = await svc.store.jobs.steps(jobs[1].id)
+    assert rig.started() == Counter({"discover": 1, "install": 2, "token": 1})
+    failed, steps = await _failed_then_replayed(svc, event.id, "resume")
     assert [(s.name, s.status) for s in steps] == [
         ("discover", "done"),
         ("install", "done"),
         ("token", "done"),
     ]
     # The failed job stays as the record of what went wrong.
-    old = await svc.store.jobs.steps(jobs[0].id)
+    old = await svc.store.jobs.steps(failed.id)
     assert [(s.name, s.status) for s in old] == [("discover", "done"), ("install", "failed")]
 
     audit = cli("audit", "list", "--format", "json", "--database", rig.db_url)
@@ -212,11 +221,8 @@ async def test_anew_runs_every_step_again(rig: Rig) -> None:
     out = cli("replay", str(event.id), "--mode", "anew", "--yes", "--database", rig.db_url)
     assert out.returncode == 0, out.stderr
     await _wait_status(svc, event.id, "done")
-    started = Counter(step for _, _, step, what, _ in runs(rig.runs_file) if what == "start")
-    assert started == Counter({"discover": 2, "install": 2, "token": 1})
-    jobs = await svc.store.jobs.for_event(event.id)
-    assert [(j.mode, j.status) for j in jobs] == [("live", "failed"), ("anew", "done")]
-    steps = await svc.store.jobs.steps(jobs[1].id)
+    assert rig.started() == Counter({"discover": 2, "install": 2, "token": 1})
+    _, steps = await _failed_then_replayed(svc, event.id, "anew")
     assert [(s.name, s.attempts) for s in steps] == [("discover", 1), ("install", 1), ("token", 1)]
 
 
