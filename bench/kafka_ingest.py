@@ -60,39 +60,13 @@ from subscriber.ingest.kafka import KafkaSource
 from subscriber.store import AppendResult, EventStore, NewEvent, Store
 from subscriber.store.tables import events, with_partial_indexes
 from tests.testbed import kafka_broker
+from tests.testbed.records import transitions
 
 PARTITIONS = 3
-STATES = (("STARTING", "START"), ("PROCESSING", "START"), ("COMPLETED", "RESULT"))
 
 
 def notifications(count: int) -> list[bytes]:
-    run = uuid.uuid4().hex[:8]
-    base = "http://127.0.0.1:9890/vnflcm/v2"
-    out = []
-    for i in range(count):
-        vnf = f"vnf-{run}-{i % 200}"
-        op_occ = f"opocc-{run}-{i // 3}"
-        state, status = STATES[i % 3]
-        body = {
-            "id": str(uuid.uuid4()),
-            "notificationType": "VnfLcmOperationOccurrenceNotification",
-            "subscriptionId": "sub-1",
-            "timeStamp": "2025-01-01T00:00:00Z",
-            "notificationStatus": status,
-            "operationState": state,
-            "vnfInstanceId": vnf,
-            "operation": "INSTANTIATE",
-            "isAutomaticInvocation": False,
-            "vnfLcmOpOccId": op_occ,
-            "verbosity": "SHORT",
-            "_links": {
-                "vnfInstance": {"href": f"{base}/vnf_instances/{vnf}"},
-                "subscription": {"href": f"{base}/subscriptions/sub-1"},
-                "vnfLcmOpOcc": {"href": f"{base}/vnf_lcm_op_occs/{op_occ}"},
-            },
-        }
-        out.append(json.dumps(body).encode())
-    return out
+    return [json.dumps(body).encode() for body in transitions(count, instances=200)]
 
 
 async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
