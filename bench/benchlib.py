@@ -16,11 +16,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +44,7 @@ __all__ = [
     "rss_mb",
     "scratch_database",
     "serve",
+    "serve_until_terminated",
     "server_process",
     "tree_resident_mb",
     "wait_ready",
@@ -345,3 +347,24 @@ def notification(
             },
         }
     ).encode()
+
+
+async def serve_until_terminated(
+    port: int, path: str, post: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> None:
+    """Answer POSTs at ``path`` on 127.0.0.1:``port`` with ``post`` (and GETs, the
+    subscription test, with 204) until the process is terminated: a floor server's loop."""
+
+    async def get(request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post(path, post)
+    app.router.add_get(path, get)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

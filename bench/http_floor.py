@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from benchlib import serve_until_terminated
 from kafka_ingest import FloorTable, floor_values
 
 
@@ -65,21 +66,11 @@ async def serve_floor(port: int, path: str, url: str, synchronous: str) -> None:
             return web.Response(status=503)
         return web.Response(status=204)
 
-    async def get(request: web.Request) -> web.Response:
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post(path, post)
-    app.router.add_get(path, get)
     task = asyncio.create_task(writer())
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        await asyncio.Event().wait()  # until terminated
+        await serve_until_terminated(port, path, post)
     finally:
         task.cancel()
-        await runner.cleanup()
         await table.close()
 
 

@@ -60,39 +60,13 @@ from subscriber.ingest.kafka import KafkaSource
 from subscriber.store import AppendResult, EventStore, NewEvent, Store
 from subscriber.store.tables import events, with_partial_indexes
 from tests.testbed import kafka_broker
+from tests.testbed.records import transitions
 
 PARTITIONS = 3
-STATES = (("STARTING", "START"), ("PROCESSING", "START"), ("COMPLETED", "RESULT"))
 
 
 def notifications(count: int) -> list[bytes]:
-    run = uuid.uuid4().hex[:8]
-    base = "http://127.0.0.1:9890/vnflcm/v2"
-    out = []
-    for i in range(count):
-        vnf = f"vnf-{run}-{i % 200}"
-        op_occ = f"opocc-{run}-{i // 3}"
-        state, status = STATES[i % 3]
-        body = {
-            "id": str(uuid.uuid4()),
-            "notificationType": "VnfLcmOperationOccurrenceNotification",
-            "subscriptionId": "sub-1",
-            "timeStamp": "2025-01-01T00:00:00Z",
-            "notificationStatus": status,
-            "operationState": state,
-            "vnfInstanceId": vnf,
-            "operation": "INSTANTIATE",
-            "isAutomaticInvocation": False,
-            "vnfLcmOpOccId": op_occ,
-            "verbosity": "SHORT",
-            "_links": {
-                "vnfInstance": {"href": f"{base}/vnf_instances/{vnf}"},
-                "subscription": {"href": f"{base}/subscriptions/sub-1"},
-                "vnfLcmOpOcc": {"href": f"{base}/vnf_lcm_op_occs/{op_occ}"},
-            },
-        }
-        out.append(json.dumps(body).encode())
-    return out
+    return [json.dumps(body).encode() for body in transitions(count, instances=200)]
 
 
 async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -116,16 +90,23 @@ async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
         await producer.stop()
 
 
-async def bare(bootstrap: str, topic: str, count: int) -> float:
-    consumer = AIOKafkaConsumer(
+def _from_the_start(bootstrap: str, topic: str, group: str, **options: Any) -> AIOKafkaConsumer:
+    """A consumer of ``topic`` from its first record, in a new group named after ``group``,
+    that commits its offsets itself (the bare and the floor readers)."""
+    return AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
-        group_id=f"bare-{uuid.uuid4().hex[:8]}",
+        group_id=f"{group}-{uuid.uuid4().hex[:8]}",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         session_timeout_ms=6000,
         heartbeat_interval_ms=500,
+        **options,
     )
+
+
+async def bare(bootstrap: str, topic: str, count: int) -> float:
+    consumer = _from_the_start(bootstrap, topic, "bare")
     await consumer.start()
     seen = 0
     first = 0.0
@@ -287,16 +268,7 @@ async def floor(bootstrap: str, topic: str, count: int, url: str, synchronous: s
     """Records/s of the plain consumer: getmany, rows, one transaction, commit offsets."""
     table = FloorTable(url, synchronous)
     await table.create()
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        client_id=CLIENT_ID,
-        group_id=f"floor-{uuid.uuid4().hex[:8]}",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=500,
-    )
+    consumer = _from_the_start(bootstrap, topic, "floor", client_id=CLIENT_ID)
     max_records = KafkaSettings().max_poll_records  # ours fetches this many at most too
     await consumer.start()
     done = 0

@@ -19,6 +19,7 @@ import sys
 
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
+from benchlib import serve_until_terminated
 
 
 async def serve_floor(port: int, path: str, bootstrap: str, topic: str) -> None:
@@ -31,19 +32,9 @@ async def serve_floor(port: int, path: str, bootstrap: str, topic: str) -> None:
         await producer.send_and_wait(topic, raw, key=key)
         return web.Response(status=204)
 
-    async def get(request: web.Request) -> web.Response:
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post(path, post)
-    app.router.add_get(path, get)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        await asyncio.Event().wait()  # until terminated
+        await serve_until_terminated(port, path, post)
     finally:
-        await runner.cleanup()
         await producer.stop()
 
 

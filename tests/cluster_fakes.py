@@ -37,12 +37,14 @@ from subscriber.service import Service
 from tests.conftest import make_settings
 from tests.testbed.cluster_vnf import (
     MASTER_CP,
+    STORAGE_CP,
     VIP_CP,
     WORKER_CP,
     FakeOpenStack,
     FakeTacker,
     add_worker,
     cluster_vnf,
+    host_params,
     k8s_params,
     lcm_op_occ,
     rebuild_vnfc,
@@ -50,10 +52,12 @@ from tests.testbed.cluster_vnf import (
     server_at,
     uid,
     vnf_package,
+    with_storage_server,
 )
 
 __all__ = [
     "MASTER_CP",
+    "STORAGE_CP",
     "VIP_CP",
     "WORKER_CP",
     "Call",
@@ -65,6 +69,7 @@ __all__ = [
     "assert_only_new_nodes",
     "cluster_service",
     "cluster_vnf",
+    "host_params",
     "k8s_params",
     "lcm_op_occ",
     "rebuild_vnfc",
@@ -74,6 +79,7 @@ __all__ = [
     "uid",
     "vnf_package",
     "with_services",
+    "with_storage_server",
 ]
 
 

@@ -7,9 +7,10 @@ import base64
 import re
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import aiohttp
 import pytest
@@ -105,26 +106,57 @@ def make_settings(
 ServiceFactory = Callable[..., Any]
 
 
+class Lifecycle(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+C = TypeVar("C", bound=Lifecycle)
+
+
+class Started(Generic[C]):
+    """A fixture's starter: ``await started(...)`` makes a component with ``make``, starts
+    it and keeps it; leaving the ``async with`` stops every one kept, last first."""
+
+    def __init__(self, make: Callable[..., C]) -> None:
+        self._make = make
+        self.items: list[C] = []
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> C:
+        item = self._make(*args, **kwargs)
+        await item.start()
+        self.items.append(item)
+        return item
+
+    async def __aenter__(self) -> Started[C]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for item in reversed(self.items):
+            await item.stop()
+
+
 @pytest.fixture
 async def start_service(db_url: str) -> AsyncIterator[ServiceFactory]:
     """Start a real Service (HTTP on a free loopback port, SQLite file); stopped at teardown."""
-    started: list[Service] = []
 
-    async def start(
+    def make(
         routing: RoutingTable | None = None,
         services: Services | None = None,
         update: Mapping[str, Any] | None = None,
         **dispatch: Any,
     ) -> Service:
         settings = make_settings(db_url, update=update, **dispatch)
-        svc = Service(settings, routing=routing, services=services)
-        await svc.start()
-        started.append(svc)
-        return svc
+        return Service(settings, routing=routing, services=services)
 
-    yield start
-    for svc in reversed(started):
-        await svc.stop()
+    async with Started(make) as start:
+        yield start
 
 
 @pytest.fixture
@@ -154,6 +186,21 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+class TokenAnswer(NamedTuple):
+    status: int
+    body: Any
+    headers: Mapping[str, str]
+
+
+async def fetch_token(
+    http: aiohttp.ClientSession, base: str, form: Mapping[str, str], **request: Any
+) -> TokenAnswer:
+    """POST ``form`` to the OAuth 2.0 token endpoint at ``{base}/token`` (``request``: the
+    request's ``headers``, ``ssl``); its status, JSON body (None when empty) and headers."""
+    async with http.post(f"{base}/token", data=form, **request) as resp:
+        return TokenAnswer(resp.status, await resp.json(content_type=None), resp.headers)
+
+
 def metric(text: str, sample: str) -> float:
     """The value of one sample written ``name{a="x",b="y"}`` (any label order), 0 when absent."""
     name, _, rest = sample.partition("{")
@@ -181,6 +228,22 @@ async def wait_lanes_idle(http: aiohttp.ClientSession, svc: Service, timeout: fl
 
 
 TERMINAL = frozenset({"done", "failed", "ignored", "stale", "echo", "poison", "rejected"})
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[Any]], *, timeout: float = 120.0, what: str = ""
+) -> Any:
+    """``predicate``'s first truthy answer, asked every 0.2 s; fails the test after
+    ``timeout`` seconds, naming ``what`` it waited for."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                value = await predicate()
+                if value:
+                    return value
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
 
 
 async def rerun(svc: Service, event_id: int, timeout: float = 240.0) -> Any:

@@ -46,6 +46,25 @@ def v1_status(state: str) -> str:
     return "START" if state in ("STARTING", "PROCESSING", "ROLLING_BACK") else "RESULT"
 
 
+def _occ_fields(
+    api: str, instance: str, op_occ_id: str, operation: str, state: str, status: str
+) -> dict[str, Any]:
+    """The fields every op-occ notification of both APIs has (``api``: the API's base URL)."""
+    return {
+        "notificationType": "VnfLcmOperationOccurrenceNotification",
+        "notificationStatus": status,
+        "operationState": state,
+        "vnfInstanceId": instance,
+        "operation": operation,
+        "isAutomaticInvocation": False,
+        "vnfLcmOpOccId": op_occ_id,
+        "_links": {
+            "vnfInstance": {"href": f"{api}/vnf_instances/{instance}"},
+            "vnfLcmOpOcc": {"href": f"{api}/vnf_lcm_op_occs/{op_occ_id}"},
+        },
+    }
+
+
 def op_occ(
     *,
     instance: str | None = None,
@@ -59,26 +78,16 @@ def op_occ(
 ) -> dict[str, Any]:
     instance = instance or uid()
     op_occ_id = op_occ_id or uid()
-    api = "vnflcm/v2" if version == 2 else "vnflcm/v1"
+    api = f"{base}/vnflcm/v{version}"
     sub = uid()
+    status = status or (v2_status(operation, state) if version == 2 else v1_status(state))
     body: dict[str, Any] = {
         "id": uid(),
-        "notificationType": "VnfLcmOperationOccurrenceNotification",
         "subscriptionId": sub,
         "timeStamp": "2026-11-22T03:50:00Z",
-        "notificationStatus": status
-        or (v2_status(operation, state) if version == 2 else v1_status(state)),
-        "operationState": state,
-        "vnfInstanceId": instance,
-        "operation": operation,
-        "isAutomaticInvocation": False,
-        "vnfLcmOpOccId": op_occ_id,
-        "_links": {
-            "vnfInstance": {"href": f"{base}/{api}/vnf_instances/{instance}"},
-            "subscription": {"href": f"{base}/{api}/subscriptions/{sub}"},
-            "vnfLcmOpOcc": {"href": f"{base}/{api}/vnf_lcm_op_occs/{op_occ_id}"},
-        },
+        **_occ_fields(api, instance, op_occ_id, operation, state, status),
     }
+    body["_links"]["subscription"] = {"href": f"{api}/subscriptions/{sub}"}
     if version == 2:
         body["verbosity"] = verbosity
     if verbosity == "FULL" and state in ("COMPLETED", "FAILED_TEMP", "ROLLED_BACK"):
@@ -127,19 +136,7 @@ def v1_op_occ(
     instance = instance or uid()
     op_occ_id = op_occ_id or uid()
     sub = uid()
-    body: dict[str, Any] = {
-        "notificationType": "VnfLcmOperationOccurrenceNotification",
-        "notificationStatus": "START",
-        "operationState": state,
-        "vnfInstanceId": instance,
-        "operation": operation,
-        "isAutomaticInvocation": False,
-        "vnfLcmOpOccId": op_occ_id,
-        "_links": {
-            "vnfInstance": {"href": f"{base}/vnflcm/v1/vnf_instances/{instance}"},
-            "vnfLcmOpOcc": {"href": f"{base}/vnflcm/v1/vnf_lcm_op_occs/{op_occ_id}"},
-        },
-    }
+    body = _occ_fields(f"{base}/vnflcm/v1", instance, op_occ_id, operation, state, "START")
     if state in ("COMPLETED", "FAILED_TEMP", "FAILED"):
         body["affectedVnfcs"] = [
             {

@@ -215,8 +215,9 @@ class Loop:
     def host(self, address: str) -> Any:
         return next(h for h in self.hosts.hosts if h.address == address)
 
-    def ssh(self, address: str, command: str) -> str:
-        """``command`` as root on a test host, with the test client's own ssh."""
+    def ssh(self, address: str, command: str, stdin: str | None = None) -> str:
+        """``command`` as root on a test host, with the test client's own ssh (``stdin``:
+        its input)."""
         out = subprocess.run(
             [
                 "ssh",
@@ -236,7 +237,7 @@ class Loop:
             capture_output=True,
             text=True,
             timeout=60,
-            stdin=subprocess.DEVNULL,
+            **({"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}),
         )
         assert out.returncode == 0, f"{address}: {command}: {out.stderr}"
         return out.stdout

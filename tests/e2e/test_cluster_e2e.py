@@ -16,7 +16,7 @@ import asyncio
 import base64
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +35,16 @@ from subscriber.config import (
 from subscriber.service import Service
 from subscriber.store import EventRow, StepStatus
 from subscriber.tacker import TackerClient
-from tests.cluster_fakes import k8s_params
-from tests.conftest import free_port
+from tests.cluster_fakes import host_params
+from tests.conftest import free_port, wait_until
 from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import CallbackRecorder, ext_virtual_links, unique_name
+from tests.testbed.tacker_api import (
+    CallbackRecorder,
+    instantiate_request,
+    unique_name,
+)
 from tests.testbed.tacker_api import TackerClient as SyncTacker
 
 pytestmark = [
@@ -108,18 +112,15 @@ async def service(
                 await client.delete_subscription(sub)
 
 
-async def wait_until(
-    predicate: Callable[[], Awaitable[Any]], *, timeout: float = 120.0, what: str = ""
-) -> Any:
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                value = await predicate()
-                if value:
-                    return value
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+async def remove_instance(tacker: SyncTacker, inst: str, *, instantiated: bool) -> None:
+    """Terminate (if ``instantiated``) and delete ``inst``: best effort, for a ``finally``,
+    so that an earlier failure stays the one reported."""
+    with contextlib.suppress(AssertionError):
+        if instantiated:
+            await asyncio.to_thread(
+                tacker.run_op, inst, "terminate", {"terminationType": "FORCEFUL"}
+            )
+        await asyncio.to_thread(tacker.delete, inst)
 
 
 async def handled(svc: Service, inst: str, occ: str, *, timeout: float = 240.0) -> EventRow:
@@ -171,23 +172,14 @@ async def test_instantiate_builds_the_cluster_and_terminate_forgets_it(
     instantiated = False
     try:
         # Masters log in as root with a key, workers as a sudo user with a password.
-        params = k8s_params(
-            master_user="root",
-            worker_user=hosts.user,
-            key=str(hosts.client_key),
-            password=hosts.password,
-            ha=ha,
-        )
+        params = host_params(hosts, ha=ha)
         occ = await asyncio.to_thread(
             tacker.run_op,
             inst,
             "instantiate",
-            {
-                "flavourId": flavour,
-                "vimConnectionInfo": host_sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
+            instantiate_request(
+                host_sim.vim_connection_info(), params, NETWORK_ID, flavour=flavour
+            ),
         )
         instantiated = occ["operationState"] == "COMPLETED"
         assert instantiated, occ.get("error")
@@ -259,12 +251,7 @@ async def test_instantiate_builds_the_cluster_and_terminate_forgets_it(
     finally:
         # Best effort, never hiding the failure: give the hosts' addresses back to the
         # simulator's pool (the next flavour needs them) and remove the instance.
-        with contextlib.suppress(AssertionError):
-            if instantiated:
-                await asyncio.to_thread(
-                    tacker.run_op, inst, "terminate", {"terminationType": "FORCEFUL"}
-                )
-            await asyncio.to_thread(tacker.delete, inst)
+        await remove_instance(tacker, inst, instantiated=instantiated)
 
     # Every event came through serve's own subscription; no secret is stored in clear.
     assert {e.source for e in await svc.store.events.list(vnf_instance_id=inst)} == {"http"}

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_fakes import k8s_params
+from tests.cluster_fakes import host_params
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed as tb
@@ -29,7 +29,7 @@ from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
     CallbackRecorder,
     TackerClient,
-    ext_virtual_links,
+    instantiate_request,
     unique_name,
     wait_for,
 )
@@ -54,21 +54,11 @@ def joining(loop: Loop, hosts: Any) -> Any:
 def start_instantiate(loop: Loop, vnfd_id: str) -> str:
     """Create and start INSTANTIATE (the loop's own parameters); the op-occ id."""
     loop.inst = loop.tacker.create(vnfd_id, unique_name("hooks"))
-    params = k8s_params(
-        master_user="root",
-        worker_user=loop.hosts.user,
-        key=str(loop.hosts.client_key),
-        password=loop.hosts.password,
-    )
+    params = host_params(loop.hosts)
     occ = loop.tacker.start_op(
         loop.inst,
         "instantiate",
-        {
-            "flavourId": "simple",
-            "vimConnectionInfo": loop.sim.vim_connection_info(),
-            "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-            "additionalParams": params,
-        },
+        instantiate_request(loop.sim.vim_connection_info(), params, NETWORK_ID),
     )
     loop.instantiated = True  # teardown terminates it, whatever becomes of it
     return occ

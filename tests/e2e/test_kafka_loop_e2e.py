@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.backends import pg_database, pg_dsn
-from tests.cluster_fakes import k8s_params
+from tests.cluster_fakes import host_params
 from tests.e2e.conftest import serve_config
 from tests.e2e.day2 import SCALE_ASPECT, kubeadm_calls
 from tests.kafka.helpers import create_topic, uid
@@ -32,7 +32,11 @@ from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import kafka_broker
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
+from tests.testbed.tacker_api import (
+    TackerClient,
+    instantiate_request,
+    unique_name,
+)
 
 pytestmark = [
     pytest.mark.tacker,
@@ -150,22 +154,12 @@ async def test_tacker_to_relay_to_kafka_to_two_workers_builds_grows_and_forgets(
         # INSTANTIATE: built by one of the two workers, written back to Tacker.
         t0 = time.time()
         inst = await asyncio.to_thread(tacker.create, bed.vnfd_id, unique_name("kafka-loop"))
-        params = k8s_params(
-            master_user="root",
-            worker_user=hosts.user,
-            key=str(hosts.client_key),
-            password=hosts.password,
-        )
+        params = host_params(hosts)
         occ = await asyncio.to_thread(
             tacker.run_op,
             inst,
             "instantiate",
-            {
-                "flavourId": "simple",
-                "vimConnectionInfo": host_sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
+            instantiate_request(host_sim.vim_connection_info(), params, NETWORK_ID),
         )
         assert occ["operationState"] == "COMPLETED", occ.get("error")
         await settled(dsn, occ["id"])

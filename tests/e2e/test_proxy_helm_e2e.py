@@ -10,7 +10,6 @@ OpenStack (the simulator) and kubeadm/kubectl (the stand-ins) are not real.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import stat
 import time
@@ -23,13 +22,13 @@ from handlers.toolkit import helm, proxy
 from subscriber.service import Service
 from subscriber.store import StepStatus
 from tests import REPO
-from tests.cluster_fakes import k8s_params
-from tests.e2e.test_cluster_e2e import handled, octet, service, steps_of
+from tests.cluster_fakes import host_params
+from tests.e2e.test_cluster_e2e import handled, octet, remove_instance, service, steps_of
 from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import TackerClient as SyncTacker
-from tests.testbed.tacker_api import ext_virtual_links, unique_name
+from tests.testbed.tacker_api import instantiate_request, unique_name
 
 __all__ = ["service"]  # the fixture, shared with test_cluster_e2e
 
@@ -68,12 +67,7 @@ async def test_proxy_and_helm_through_the_real_tacker(
     inst = await asyncio.to_thread(tacker.create, bed.vnfd_id, unique_name("e2e-proxy-helm"))
     instantiated = False
     try:
-        params = k8s_params(
-            master_user="root",
-            worker_user=hosts.user,
-            key=str(hosts.client_key),
-            password=hosts.password,
-        )
+        params = host_params(hosts)
         params["k8s_cluster_installation_param"].update(
             proxy={"http_proxy": HTTP, "https_proxy": HTTP, "k8s_node_cidr": "10.77.0.0/24"},
             helm_installation_script_path=HELM_PATH,
@@ -82,12 +76,7 @@ async def test_proxy_and_helm_through_the_real_tacker(
             tacker.run_op,
             inst,
             "instantiate",
-            {
-                "flavourId": "simple",
-                "vimConnectionInfo": host_sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
+            instantiate_request(host_sim.vim_connection_info(), params, NETWORK_ID),
         )
         instantiated = occ["operationState"] == "COMPLETED"
         assert instantiated, occ.get("error")
@@ -129,12 +118,7 @@ async def test_proxy_and_helm_through_the_real_tacker(
         assert {c["host"] for c in kubeadm} >= {f"master{octet(master)}"}
         assert all(c.get("proxy") for c in kubeadm)
     finally:
-        with contextlib.suppress(AssertionError):
-            if instantiated:
-                await asyncio.to_thread(
-                    tacker.run_op, inst, "terminate", {"terminationType": "FORCEFUL"}
-                )
-            await asyncio.to_thread(tacker.delete, inst)
+        await remove_instance(tacker, inst, instantiated=instantiated)
     db = b"".join(p.read_bytes() for p in tmp_path.glob("lccn.db*"))
     assert PASSWORD.encode() not in db and hosts.password.encode() not in db
     print(f"proxy + helm through the real Tacker: cluster in {elapsed:.1f} s")

@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_fakes import k8s_params
+from tests.cluster_fakes import host_params
 from tests.e2e.day2 import Loop
 from tests.e2e.test_day2_e2e import loop
 from tests.ssh.test_registry import assert_node_configured, logins_from
 from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import registry as test_registry
 from tests.testbed import tacker_bed as tb
-from tests.testbed.tacker_api import ext_virtual_links, unique_name
+from tests.testbed.tacker_api import instantiate_request, unique_name
 
 __all__ = ["loop"]  # the fixture, shared with test_day2_e2e
 
@@ -67,22 +67,12 @@ def registry_entry(reg: Any, password: str) -> list[dict[str, Any]]:
 def instantiate(lp: Loop, vnfd_id: str, entry: list[dict[str, Any]]) -> str:
     """Create and INSTANTIATE (simple flavour) through Tacker; returns the op-occ id."""
     lp.inst = lp.tacker.create(vnfd_id, unique_name("e2e-registry"))
-    params = k8s_params(
-        master_user="root",
-        worker_user=lp.hosts.user,
-        key=str(lp.hosts.client_key),
-        password=lp.hosts.password,
-    )
+    params = host_params(lp.hosts)
     params["k8s_cluster_installation_param"]["private_registry_connection_info"] = entry
     occ = lp.tacker.run_op(
         lp.inst,
         "instantiate",
-        {
-            "flavourId": "simple",
-            "vimConnectionInfo": lp.sim.vim_connection_info(),
-            "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-            "additionalParams": params,
-        },
+        instantiate_request(lp.sim.vim_connection_info(), params, NETWORK_ID),
     )
     assert occ["operationState"] == "COMPLETED", occ.get("error")
     lp.instantiated = True

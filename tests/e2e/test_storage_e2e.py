@@ -27,14 +27,15 @@ from handlers.toolkit import storage
 from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed import testhosts
+from tests.testbed.cluster_vnf import STORAGE_CP
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import ext_virtual_links, unique_name
+from tests.testbed.testhosts import inside
 
 from .day2 import ADMIN_CONF, Loop
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.usefixtures("fresh_cluster", "nfs_reset")]
 
-STORAGE_CP = "storage_server_CP"
 MOUNT = "/srv/volume"  # the package's PV manifests export /srv/volume/nfs/pv1 and pv2
 EXPORTS = [f"{MOUNT}/nfs/pv1", f"{MOUNT}/nfs/pv2"]
 PVS = ["nfs-pv1", "nfs-pv2"]
@@ -56,32 +57,16 @@ def storage_link() -> dict[str, Any]:
 
 def instantiate(loop: Loop, vnfd_id: str) -> dict[str, Any]:
     """Create and INSTANTIATE the storage flavour; serve's COMPLETED event once done."""
-    from tests.cluster_fakes import k8s_params
+    from tests.cluster_fakes import host_params, with_storage_server
 
     hosts = loop.hosts
     loop.inst = loop.tacker.create(vnfd_id, unique_name("e2e-storage"))
-    params = k8s_params(
-        master_user="root",
-        worker_user=hosts.user,
-        key=str(hosts.client_key),
+    params = with_storage_server(
+        host_params(hosts),
+        username=hosts.user,
         password=hosts.password,
-    )
-    params["k8s_cluster_installation_param"].update(
-        storage_server={
-            "ssh_cp_name": STORAGE_CP,
-            "username": hosts.user,
-            "password": hosts.password,
-            "cinder_volume_setup_params": [
-                {"volume_resource_id": "storage_server_volume", "mount_to": MOUNT}
-            ],
-            "nfs_server_setup_params": [
-                {"export_dir": d, "export_to": "10.77.0.0/24"} for d in EXPORTS
-            ],
-        },
-        pv_registration_params=[
-            {"pv_manifest_file_path": f"Files/kubernetes/{pv}.yaml", "nfs_server_cp": STORAGE_CP}
-            for pv in PVS
-        ],
+        mount=MOUNT,
+        network="10.77.0.0/24",
     )
     occ = loop.tacker.run_op(
         loop.inst,
@@ -103,39 +88,9 @@ def storage_vnfc(loop: Loop) -> dict[str, Any]:
     return vnfc
 
 
-def inside(host: Any, *argv: str, net_only: bool = False) -> subprocess.CompletedProcess[str]:
-    spaces = ["-n"] if net_only else ["-n", "-m"]
-    return subprocess.run(
-        ["nsenter", "-t", str(host.pid), *spaces, *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def kubectl(loop: Loop, master: str, args: str, stdin: str | None = None) -> str:
     command = f"kubectl --kubeconfig {ADMIN_CONF} {args}"
-    if stdin is None:
-        return loop.ssh(master, command)
-    out = subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(loop.hosts.client_key),
-            "-o",
-            f"UserKnownHostsFile={loop.hosts.known_hosts}",
-            "-o",
-            "BatchMode=yes",
-            f"root@{master}",
-            command,
-        ],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    return loop.ssh(master, command, stdin)
 
 
 def pvs(loop: Loop, master: str) -> dict[str, tuple[str, str]]:

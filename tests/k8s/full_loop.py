@@ -19,13 +19,18 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_fakes import k8s_params
+from tests.cluster_fakes import host_params
 from tests.k8s.helpers import SCRIPT_ENV
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed, testhosts
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name, wait_for
+from tests.testbed.tacker_api import (
+    TackerClient,
+    instantiate_request,
+    unique_name,
+    wait_for,
+)
 from tests.testbed.testhosts import TestBed
 
 __all__ = [
@@ -182,22 +187,11 @@ def instantiate_cluster(
     inst = tacker.create(bed.vnfd_id, unique_name(f"k8s-vnf-a-{flavour}"))
     try:
         # Masters log in as root with a key, workers as a sudo user with a password.
-        params = k8s_params(
-            master_user="root",
-            worker_user=hosts.user or "root",
-            key=str(hosts.client_key),
-            password=hosts.password,
-            ha=ha,
-        )
+        params = host_params(hosts, ha=ha)
         occ = tacker.run_op(
             inst,
             "instantiate",
-            {
-                "flavourId": flavour,
-                "vimConnectionInfo": sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
+            instantiate_request(sim.vim_connection_info(), params, NETWORK_ID, flavour=flavour),
         )
         assert occ["operationState"] == "COMPLETED", occ.get("error")
         timings["VNF-A INSTANTIATE in Tacker"] = time.monotonic() - t0

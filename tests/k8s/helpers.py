@@ -13,13 +13,17 @@ import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import aiohttp
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.utils import CryptographyDeprecationWarning
 
 from subscriber.config import SshSettings
+from subscriber.service import Service
 from subscriber.ssh import CommandResult, SshPool, SshTarget
 from tests import REPO
+from tests.conftest import callback_url, wait_settled
+from tests.factories import op_occ
 from tests.testbed import testhosts
 from tests.testbed.testhosts import TestBed, TestHost
 
@@ -63,6 +67,23 @@ def ssh_settings(bed: TestBed, command_timeout: float = 180.0, **more: Any) -> S
         command_timeout=command_timeout,
         **more,
     )
+
+
+async def instantiate_and_stop(svc: Service, inst: str, occ: str) -> float:
+    """Send ``svc`` the INSTANTIATE COMPLETED notification of ``inst`` (op-occ ``occ``),
+    see its job done within ten minutes, and stop ``svc``; the seconds the job took."""
+    try:
+        t0 = time.monotonic()
+        body = op_occ(instance=inst, op_occ_id=occ, operation="INSTANTIATE", state="COMPLETED")
+        async with aiohttp.ClientSession() as http, http.post(callback_url(svc), json=body) as r:
+            assert r.status == 204
+        (event,) = await wait_settled(svc, 1, timeout=600)
+        elapsed = time.monotonic() - t0
+        job, steps = await svc.store.jobs.resume_state(event.id)
+        assert event.status == "done", (job, [(s.name, s.status, s.error) for s in steps])
+        return elapsed
+    finally:
+        await svc.stop()
 
 
 def root(host: TestHost) -> SshTarget:

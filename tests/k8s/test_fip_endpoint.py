@@ -20,12 +20,10 @@ import ipaddress
 import json
 import os
 import subprocess
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 from cryptography import x509
 from cryptography.utils import CryptographyDeprecationWarning
@@ -33,10 +31,8 @@ from cryptography.utils import CryptographyDeprecationWarning
 from subscriber.config import ClusterSettings
 from subscriber.kernel.ports import KubernetesAccess, PortAddresses
 from tests.cluster_fakes import cluster_service, cluster_vnf, k8s_params
-from tests.conftest import callback_url, wait_settled
-from tests.factories import op_occ
 from tests.k8s.full_loop import tacker_k8s
-from tests.k8s.helpers import SCRIPT_ENV, ssh_settings
+from tests.k8s.helpers import SCRIPT_ENV, instantiate_and_stop, ssh_settings
 from tests.testbed import testhosts
 from tests.testbed.testhosts import TestBed, TestHost
 
@@ -140,17 +136,7 @@ async def instantiate(
         CLUSTER,
         ssh=ssh_settings(hosts, 120.0),
     )
-    try:
-        t0 = time.monotonic()
-        body = op_occ(instance=inst, op_occ_id=occ, operation="INSTANTIATE", state="COMPLETED")
-        async with aiohttp.ClientSession() as http, http.post(callback_url(svc), json=body) as r:
-            assert r.status == 204
-        (event,) = await wait_settled(svc, 1, timeout=600)
-        elapsed = time.monotonic() - t0
-        job, steps = await svc.store.jobs.resume_state(event.id)
-        assert event.status == "done", (job, [(s.name, s.status, s.error) for s in steps])
-    finally:
-        await svc.stop()
+    elapsed = await instantiate_and_stop(svc, inst, occ)
     ((_, access, _),) = tacker.write_backs
     return access, elapsed
 

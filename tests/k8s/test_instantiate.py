@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from subscriber.config import ClusterSettings
-from tests.cluster_fakes import cluster_service, cluster_vnf, k8s_params
-from tests.conftest import callback_url, wait_settled
-from tests.factories import op_occ
-from tests.k8s.helpers import SCRIPT_ENV, api_get, nodes_ready, ssh_settings
+from tests.cluster_fakes import cluster_service, cluster_vnf, host_params
+from tests.k8s.helpers import SCRIPT_ENV, api_get, instantiate_and_stop, nodes_ready, ssh_settings
 from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
@@ -40,12 +36,7 @@ async def test_instantiate_builds_a_real_cluster_and_writes_back_working_access(
 ) -> None:
     master, workers = hosts.hosts[0], hosts.hosts[1:3]
     # Masters as root with a key, workers as a sudo user with a password (Tacker's way).
-    params = k8s_params(
-        master_user="root",
-        worker_user=hosts.user,
-        key=str(hosts.client_key),
-        password=hosts.password,
-    )
+    params = host_params(hosts)
     tacker, openstack, inst, occ = cluster_vnf(
         [master.address], [w.address for w in workers], params=params
     )
@@ -53,17 +44,7 @@ async def test_instantiate_builds_a_real_cluster_and_writes_back_working_access(
     svc = await cluster_service(
         f"sqlite+aiosqlite:///{db}", tacker, openstack, CLUSTER, ssh=ssh_settings(hosts, 120.0)
     )
-    try:
-        t0 = time.monotonic()
-        body = op_occ(instance=inst, op_occ_id=occ, operation="INSTANTIATE", state="COMPLETED")
-        async with aiohttp.ClientSession() as http, http.post(callback_url(svc), json=body) as r:
-            assert r.status == 204
-        (event,) = await wait_settled(svc, 1, timeout=600)
-        elapsed = time.monotonic() - t0
-        job, steps = await svc.store.jobs.resume_state(event.id)
-        assert event.status == "done", (job, [(s.name, s.status, s.error) for s in steps])
-    finally:
-        await svc.stop()
+    elapsed = await instantiate_and_stop(svc, inst, occ)
 
     ((wb_inst, access, api),) = tacker.write_backs
     endpoint = f"https://{master.address}:6443"

@@ -28,9 +28,9 @@ from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
 from tests.k8s.conftest import restore_hostnames
 from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, run, ssh_settings, wait_for
-from tests.ssh.test_storage import MOUNT, add_storage_vnfc, inside, storage_params
+from tests.ssh.test_storage import MOUNT, add_storage_vnfc, storage_params
 from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
+from tests.testbed.testhosts import TestBed, inside
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

@@ -17,14 +17,18 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_fakes import k8s_params
+from tests.cluster_fakes import host_params
 from tests.k8s.full_loop import K8S_VIM_TYPE, VIM_KEY, serve_config, tacker_k8s
 from tests.k8s.full_loop import terminate_and_delete as remove
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
+from tests.testbed.tacker_api import (
+    TackerClient,
+    instantiate_request,
+    unique_name,
+)
 from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(1200)]
@@ -83,22 +87,12 @@ def test_vnf_b_is_instantiated_on_vnf_a_the_moment_vnf_a_is_completed(
     a = tacker.create(bed.vnfd_id, unique_name("chain-vnf-a"))
     b = ""
     try:
-        params = k8s_params(
-            master_user="root",
-            worker_user=loop_hosts.user or "root",
-            key=str(loop_hosts.client_key),
-            password=loop_hosts.password,
-        )
+        params = host_params(loop_hosts)
         t0 = time.monotonic()
         occ_a = tacker.start_op(
             a,
             "instantiate",
-            {
-                "flavourId": "simple",
-                "vimConnectionInfo": k8s_sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
+            instantiate_request(k8s_sim.vim_connection_info(), params, NETWORK_ID),
         )
         done_a = tacker.wait_op(occ_a, timeout=900)
         took_a = time.monotonic() - t0

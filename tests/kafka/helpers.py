@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from subscriber.config import KafkaSettings
+from tests.testbed.records import notification, transitions
 
 __all__ = [
     "create_topic",
@@ -25,56 +26,9 @@ __all__ = [
     "wait_until",
 ]
 
-STATES = (
-    ("STARTING", "START"),
-    ("PROCESSING", "START"),
-    ("COMPLETED", "RESULT"),
-)
-
 
 def uid(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def notification(
-    vnf: str,
-    op_occ: str,
-    state: str = "STARTING",
-    status: str = "START",
-    *,
-    operation: str = "INSTANTIATE",
-) -> dict[str, Any]:
-    """A valid SOL003 v2 VnfLcmOperationOccurrenceNotification (SHORT)."""
-    base = "http://127.0.0.1:9890/vnflcm/v2"
-    return {
-        "id": str(uuid.uuid4()),
-        "notificationType": "VnfLcmOperationOccurrenceNotification",
-        "subscriptionId": "sub-1",
-        "timeStamp": "2025-01-01T00:00:00Z",
-        "notificationStatus": status,
-        "operationState": state,
-        "vnfInstanceId": vnf,
-        "operation": operation,
-        "isAutomaticInvocation": False,
-        "vnfLcmOpOccId": op_occ,
-        "verbosity": "SHORT",
-        "_links": {
-            "vnfInstance": {"href": f"{base}/vnf_instances/{vnf}"},
-            "subscription": {"href": f"{base}/subscriptions/sub-1"},
-            "vnfLcmOpOcc": {"href": f"{base}/vnf_lcm_op_occs/{op_occ}"},
-        },
-    }
-
-
-def transitions(count: int, *, instances: int = 50) -> list[dict[str, Any]]:
-    """``count`` distinct transitions spread over ``instances`` VNF instances."""
-    run = uuid.uuid4().hex[:8]
-    out = []
-    for i in range(count):
-        vnf = f"vnf-{run}-{i % instances}"
-        state, status = STATES[i % 3]
-        out.append(notification(vnf, f"opocc-{run}-{i // 3}", state, status))
-    return out
 
 
 def fast_settings(bootstrap: str, topic: str, group: str, **extra: Any) -> KafkaSettings:

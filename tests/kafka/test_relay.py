@@ -24,7 +24,7 @@ from subscriber.config import (
 )
 from subscriber.relay import Relay
 from subscriber.service import Service
-from tests.conftest import free_port, metric
+from tests.conftest import Started, free_port, metric
 from tests.kafka.helpers import create_topic, fast_settings, notification, uid, wait_until
 from tests.testbed import kafka_broker
 
@@ -43,17 +43,8 @@ def relay_settings(kafka: KafkaSettings, **relay: Any) -> Settings:
 
 @pytest.fixture
 async def start_relay() -> AsyncIterator[Start]:
-    started: list[Relay] = []
-
-    async def start(settings: Settings) -> Relay:
-        relay = Relay(settings)
-        await relay.start()
-        started.append(relay)
-        return relay
-
-    yield start
-    for relay in reversed(started):
-        await relay.stop()
+    async with Started(Relay) as start:
+        yield start
 
 
 def url(relay: Relay, path: str | None = None) -> str:

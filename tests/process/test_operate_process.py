@@ -6,12 +6,13 @@ import asyncio
 import json
 import signal
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.conftest import basic
+from tests.conftest import basic, fetch_token
 from tests.factories import op_occ, uid
 from tests.operate_handler import handler_env, runs
 from tests.programs import ServeProcess, cli
@@ -53,6 +54,15 @@ async def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None =
         return r.status
 
 
+async def _fix_and_replay(serve: ServeProcess, event_id: int) -> CompletedProcess[str]:
+    """Fix the node, replay the failed event with the CLI, and see the running serve finish it."""
+    _fault(serve).unlink()
+    out = cli("replay", str(event_id), "--yes", "--database", serve.database, env=serve.env)
+    assert out.returncode == 0, out.stderr
+    await _status(serve, event_id, "done")
+    return out
+
+
 def _event_id(serve: ServeProcess, op_occ_id: str) -> int:
     ((event_id,),) = serve.rows("SELECT id FROM events WHERE vnf_lcm_op_occ_id = ?", op_occ_id)
     return int(event_id)  # type: ignore[call-overload]
@@ -70,10 +80,7 @@ async def test_replay_is_picked_up_by_a_running_serve_and_by_the_next_one(
     await _status(serve, event_id, "failed")
 
     # 1. A running server: the replay is written by the CLI, run by serve's rescan.
-    _fault(serve).unlink()
-    out = cli("replay", str(event_id), "--yes", "--database", serve.database, env=serve.env)
-    assert out.returncode == 0, out.stderr
-    await _status(serve, event_id, "done")
+    await _fix_and_replay(serve, event_id)
     assert serve.proc is not None and serve.proc.pid == pid and serve.proc.poll() is None
 
     # 2. No server: the replay waits in the store; the next serve runs it.
@@ -139,13 +146,10 @@ async def test_no_secret_reaches_a_log_line_or_the_database_files(
     await serve.ready()
     base = f"http://127.0.0.1:{serve.port}"
     async with aiohttp.ClientSession() as http:
-        async with http.post(
-            f"{base}/token",
-            data={"grant_type": "client_credentials"},
-            headers={"Authorization": basic("tacker-client", client_pw)},
-        ) as resp:
-            assert resp.status == 200
-            bearer = (await resp.json())["access_token"]
+        client = {"Authorization": basic("tacker-client", client_pw)}
+        answer = await fetch_token(http, base, {"grant_type": "client_credentials"}, headers=client)
+        assert answer.status == 200
+        bearer = answer.body["access_token"]
         body = op_occ(state="COMPLETED")
         body["additionalParams"] = {
             "k8s_cluster_installation_param": {
@@ -167,10 +171,7 @@ async def test_no_secret_reaches_a_log_line_or_the_database_files(
         assert await _post(serve.url, op_occ(), {"Authorization": f"Bearer {wrong_pw}"}) == 401
     event_id = _event_id(serve, body["vnfLcmOpOccId"])
     await _status(serve, event_id, "failed")
-    _fault(serve).unlink()
-    out = cli("replay", str(event_id), "--yes", "--database", serve.database, env=serve.env)
-    assert out.returncode == 0, out.stderr
-    await _status(serve, event_id, "done")
+    out = await _fix_and_replay(serve, event_id)
     shown = cli("failed", "show", str(event_id), "--database", serve.database, env=serve.env)
     config = cli("config", "show", env=serve.env)
     assert basic_pw not in config.stdout and client_pw not in config.stdout

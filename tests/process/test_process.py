@@ -118,24 +118,32 @@ async def test_sigkill_mid_stream_loses_nothing_and_never_reruns_a_side_effect(
     )[0][0] == len(rows)
 
 
-@pytest.mark.asyncio
-async def test_sigterm_stops_intake_and_lets_the_running_step_finish(serve: ServeProcess) -> None:
-    serve.env["LCCN_TEST_STEP_SECONDS"] = "1.5"
-    serve.env["LCCN_DISPATCH__GRACEFUL_TIMEOUT"] = "10"
+async def _inside_the_side_effect(
+    serve: ServeProcess, http: aiohttp.ClientSession, step_seconds: str, graceful_timeout: str
+) -> None:
+    """Start serve with steps of ``step_seconds`` and ``graceful_timeout``, post one event and
+    return once its non-idempotent ``side_effect`` step has begun."""
+    serve.env["LCCN_TEST_STEP_SECONDS"] = step_seconds
+    serve.env["LCCN_DISPATCH__GRACEFUL_TIMEOUT"] = graceful_timeout
     serve.start()
     await serve.ready()
+    async with http.post(serve.url, json=op_occ(state="STARTING")) as resp:
+        assert resp.status == 204
+    async with asyncio.timeout(10):
+        while not Path(serve.env["LCCN_TEST_SIDE_EFFECTS"]).read_text():
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_sigterm_stops_intake_and_lets_the_running_step_finish(serve: ServeProcess) -> None:
     async with aiohttp.ClientSession() as http:
-        async with http.post(serve.url, json=op_occ(state="STARTING")) as resp:
-            assert resp.status == 204
-        async with asyncio.timeout(10):
-            while not Path(serve.env["LCCN_TEST_SIDE_EFFECTS"]).read_text():
-                await asyncio.sleep(0.01)
+        await _inside_the_side_effect(serve, http, step_seconds="1.5", graceful_timeout="10")
         assert serve.proc is not None
         pids = tree(serve.proc.pid)
         serve.proc.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.3)
         with pytest.raises(aiohttp.ClientError):
-            async with http.post(serve.url, json=op_occ()) as resp:
+            async with http.post(serve.url, json=op_occ()):
                 pass
     assert serve.proc.wait(20) == 0
     assert not [p for p in pids if alive(p)], "the worker outlived serve's SIGTERM"
@@ -149,18 +157,8 @@ async def test_sigterm_stops_intake_and_lets_the_running_step_finish(serve: Serv
 
 @pytest.mark.asyncio
 async def test_sigterm_past_the_grace_period_leaves_work_resumable(serve: ServeProcess) -> None:
-    serve.env["LCCN_TEST_STEP_SECONDS"] = "30"
-    serve.env["LCCN_DISPATCH__GRACEFUL_TIMEOUT"] = "0.5"
-    serve.start()
-    await serve.ready()
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(serve.url, json=op_occ(state="STARTING")) as resp,
-    ):
-        assert resp.status == 204
-    async with asyncio.timeout(10):
-        while not Path(serve.env["LCCN_TEST_SIDE_EFFECTS"]).read_text():
-            await asyncio.sleep(0.01)
+    async with aiohttp.ClientSession() as http:
+        await _inside_the_side_effect(serve, http, step_seconds="30", graceful_timeout="0.5")
     assert serve.proc is not None
     serve.proc.send_signal(signal.SIGTERM)
     assert serve.proc.wait(20) == 0

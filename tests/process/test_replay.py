@@ -7,6 +7,7 @@ import getpass
 import json
 import sqlite3
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +22,48 @@ from tests.operate_handler import OperateHandler, handler_env, runs
 from tests.programs import cli
 
 
-@pytest.fixture
-def fault(tmp_path: Path) -> Path:
-    path = tmp_path / "fault"
-    path.touch()
-    return path
+@dataclass
+class Rig:
+    """A real Service on ``db_url`` running :class:`OperateHandler`, whose steps fail while
+    ``fault`` exists and log their runs to ``runs_file``."""
+
+    start_service: ServiceFactory
+    http: aiohttp.ClientSession
+    db_url: str
+    fault: Path
+    runs_file: Path
+
+    async def start(self, **handler: Any) -> Service:
+        return await self.start_service(
+            routing=_registry(OperateHandler(self.fault, self.runs_file, **handler))
+        )
+
+    async def post(self, svc: Service, body: dict[str, Any]) -> None:
+        async with self.http.post(callback_url(svc), json=body) as resp:
+            assert resp.status == 204, await resp.text()
+
+    def started(self) -> Counter[str]:
+        """How often each step has started, over every job."""
+        return Counter(step for _, _, step, what, _ in runs(self.runs_file) if what == "start")
+
+    async def failed_event(self, **handler: Any) -> tuple[Service, Any, dict[str, Any]]:
+        """A started Service and one INSTANTIATE COMPLETED event it failed (``fault`` set)."""
+        svc = await self.start(**handler)
+        body = op_occ(operation="INSTANTIATE", state="COMPLETED")
+        await self.post(svc, body)
+        (event,) = await wait_settled(svc, 1)
+        assert event.status == "failed"
+        return svc, event, body
 
 
 @pytest.fixture
-def runs_file(tmp_path: Path) -> Path:
-    path = tmp_path / "runs.txt"
-    path.touch()
-    return path
+def rig(
+    start_service: ServiceFactory, http: aiohttp.ClientSession, db_url: str, tmp_path: Path
+) -> Rig:
+    fault, runs_file = tmp_path / "fault", tmp_path / "runs.txt"
+    fault.touch()
+    runs_file.touch()
+    return Rig(start_service, http, db_url, fault, runs_file)
 
 
 def _registry(handler: OperateHandler) -> RoutingTable:
@@ -55,9 +86,12 @@ def _dump(db_url: str, skip: tuple[str, ...] = ()) -> list[str]:
         ]
 
 
-async def _post(http: aiohttp.ClientSession, svc: Service, body: dict[str, Any]) -> None:
-    async with http.post(callback_url(svc), json=body) as resp:
-        assert resp.status == 204, await resp.text()
+async def _failed_then_replayed(svc: Service, event_id: int, mode: str) -> tuple[Any, list[Any]]:
+    """The event's two jobs are the live one, failed, and a replay in ``mode``, done: the
+    failed job and the replay's steps."""
+    jobs = await svc.store.jobs.for_event(event_id)
+    assert [(j.mode, j.status) for j in jobs] == [("live", "failed"), (mode, "done")]
+    return jobs[0], await svc.store.jobs.steps(jobs[1].id)
 
 
 async def _wait_status(svc: Service, event_id: int, status: str, timeout: float = 30) -> None:
@@ -70,29 +104,13 @@ async def _wait_status(svc: Service, event_id: int, status: str, timeout: float 
             await asyncio.sleep(0.02)
 
 
-async def _failed_event(
-    start_service: ServiceFactory, http: aiohttp.ClientSession, handler: OperateHandler
-) -> tuple[Service, Any, dict[str, Any]]:
-    svc = await start_service(routing=_registry(handler))
-    body = op_occ(operation="INSTANTIATE", state="COMPLETED")
-    await _post(http, svc, body)
-    (event,) = await wait_settled(svc, 1)
-    assert event.status == "failed"
-    return svc, event, body
-
-
 async def test_failed_event_keeps_error_and_ssh_tails_then_resume_continues_at_the_failed_step(
-    start_service: ServiceFactory,
-    http: aiohttp.ClientSession,
-    db_url: str,
-    fault: Path,
-    runs_file: Path,
+    rig: Rig,
 ) -> None:
     secret = f"pw-{uid()}"
-    handler = OperateHandler(fault, runs_file, secret=secret)
-    svc, event, body = await _failed_event(start_service, http, handler)
+    svc, event, body = await rig.failed_event(secret=secret)
 
-    out = cli("failed", "list", "--format", "json", "--database", db_url)
+    out = cli("failed", "list", "--format", "json", "--database", rig.db_url)
     assert out.returncode == 0, out.stderr
     (item,) = json.loads(out.stdout)
     assert item["id"] == event.id and item["failedStep"] == "install"
@@ -107,11 +125,11 @@ async def test_failed_event_keeps_error_and_ssh_tails_then_resume_continues_at_t
         (["--error-class", "ssh-command-failed", "--since", "1h"], 1),
         (["--until", "1h"], 0),
     ):
-        out = cli("failed", "list", "--format", "json", "--database", db_url, *flt)
+        out = cli("failed", "list", "--format", "json", "--database", rig.db_url, *flt)
         assert out.returncode == 0, out.stderr
         assert len(json.loads(out.stdout)) == hits, flt
 
-    shown = cli("failed", "show", str(event.id), "--database", db_url)
+    shown = cli("failed", "show", str(event.id), "--database", rig.db_url)
     assert shown.returncode == 0, shown.stderr
     detail = json.loads(shown.stdout)
     (job,) = detail["jobs"]
@@ -121,56 +139,46 @@ async def test_failed_event_keeps_error_and_ssh_tails_then_resume_continues_at_t
     assert "--- stdout (tail) ---" in install["output"]
     assert secret not in shown.stdout
 
-    fault.unlink()  # the operator fixed the node
-    out = cli("replay", str(event.id), "--yes", "--database", db_url)
+    rig.fault.unlink()  # the operator fixed the node
+    out = cli("replay", str(event.id), "--yes", "--database", rig.db_url)
     assert out.returncode == 0, out.stderr
     assert "queued 1 event(s) for replay (mode resume" in out.stdout
     await _wait_status(svc, event.id, "done")
 
-    started = Counter(step for _, ev_id, step, what, _ in runs(runs_file) if what == "start")
-    assert started == Counter({"discover": 1, "install": 2, "token": 1})
-    jobs = await svc.store.jobs.for_event(event.id)
-    assert [(j.mode, j.status) for j in jobs] == [("live", "failed"), ("resume", "done")]
-    steps = await svc.store.jobs.steps(jobs[1].id)
+    assert rig.started() == Counter({"discover": 1, "install": 2, "token": 1})
+    failed, steps = await _failed_then_replayed(svc, event.id, "resume")
     assert [(s.name, s.status) for s in steps] == [
         ("discover", "done"),
         ("install", "done"),
         ("token", "done"),
     ]
     # The failed job stays as the record of what went wrong.
-    old = await svc.store.jobs.steps(jobs[0].id)
+    old = await svc.store.jobs.steps(failed.id)
     assert [(s.name, s.status) for s in old] == [("discover", "done"), ("install", "failed")]
 
-    audit = cli("audit", "list", "--format", "json", "--database", db_url)
+    audit = cli("audit", "list", "--format", "json", "--database", rig.db_url)
     (row,) = json.loads(audit.stdout)
     assert row["actor"] == getpass.getuser() and row["action"] == "replay"
     assert row["mode"] == "resume" and row["dryRun"] is False
     assert row["eventIds"] == [event.id] and row["detail"]["state"] == "done"
-    table = cli("audit", "list", "--database", db_url)
+    table = cli("audit", "list", "--database", rig.db_url)
     assert "resume" in table.stdout and getpass.getuser() in table.stdout
 
 
-async def test_dry_run_prints_the_plan_and_changes_nothing(
-    start_service: ServiceFactory,
-    http: aiohttp.ClientSession,
-    db_url: str,
-    fault: Path,
-    runs_file: Path,
-) -> None:
-    handler = OperateHandler(fault, runs_file)
-    svc, event, body = await _failed_event(start_service, http, handler)
+async def test_dry_run_prints_the_plan_and_changes_nothing(rig: Rig) -> None:
+    svc, event, body = await rig.failed_event()
     # The instance moves on: a later op-occ (HEAL) for the same VNF instance.
-    fault.unlink()
+    rig.fault.unlink()
     later = op_occ(instance=body["vnfInstanceId"], operation="HEAL", state="COMPLETED")
-    await _post(http, svc, later)
+    await rig.post(svc, later)
     await wait_settled(svc, 2)
-    await wait_lanes_idle(http, svc)
+    await wait_lanes_idle(rig.http, svc)
 
     # (Leases are the running serve's own bookkeeping: a lane lets its lease
     # go a moment after its last event settles.)
-    before = _dump(db_url, skip=("audit", "leases"))
-    env = handler_env(fault, runs_file)
-    out = cli("replay", str(event.id), "--dry-run", "--database", db_url, env=env)
+    before = _dump(rig.db_url, skip=("audit", "leases"))
+    env = handler_env(rig.fault, rig.runs_file)
+    out = cli("replay", str(event.id), "--dry-run", "--database", rig.db_url, env=env)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert f"event {event.id}: INSTANTIATE COMPLETED" in text
@@ -190,7 +198,7 @@ async def test_dry_run_prints_the_plan_and_changes_nothing(
         "--format",
         "json",
         "--database",
-        db_url,
+        rig.db_url,
         env=env,
     )
     assert out.returncode == 0, out.stderr
@@ -198,8 +206,8 @@ async def test_dry_run_prints_the_plan_and_changes_nothing(
     assert preview["skippedDone"] == [] and preview["wouldRun"] == ["discover", "install", "token"]
     assert preview["instanceMovedOn"] is True
 
-    assert _dump(db_url, skip=("audit", "leases")) == before, "a dry run changed the store"
-    audit = json.loads(cli("audit", "list", "--format", "json", "--database", db_url).stdout)
+    assert _dump(rig.db_url, skip=("audit", "leases")) == before, "a dry run changed the store"
+    audit = json.loads(cli("audit", "list", "--format", "json", "--database", rig.db_url).stdout)
     assert [(a["dryRun"], a["mode"], a["eventIds"]) for a in audit] == [
         (True, "anew", [event.id]),
         (True, "resume", [event.id]),
@@ -207,69 +215,45 @@ async def test_dry_run_prints_the_plan_and_changes_nothing(
     assert (await svc.store.events.get(event.id)).status == "failed"  # type: ignore[union-attr]
 
 
-async def test_anew_runs_every_step_again(
-    start_service: ServiceFactory,
-    http: aiohttp.ClientSession,
-    db_url: str,
-    fault: Path,
-    runs_file: Path,
-) -> None:
-    handler = OperateHandler(fault, runs_file)
-    svc, event, _ = await _failed_event(start_service, http, handler)
-    fault.unlink()
-    out = cli("replay", str(event.id), "--mode", "anew", "--yes", "--database", db_url)
+async def test_anew_runs_every_step_again(rig: Rig) -> None:
+    svc, event, _ = await rig.failed_event()
+    rig.fault.unlink()
+    out = cli("replay", str(event.id), "--mode", "anew", "--yes", "--database", rig.db_url)
     assert out.returncode == 0, out.stderr
     await _wait_status(svc, event.id, "done")
-    started = Counter(step for _, _, step, what, _ in runs(runs_file) if what == "start")
-    assert started == Counter({"discover": 2, "install": 2, "token": 1})
-    jobs = await svc.store.jobs.for_event(event.id)
-    assert [(j.mode, j.status) for j in jobs] == [("live", "failed"), ("anew", "done")]
-    steps = await svc.store.jobs.steps(jobs[1].id)
+    assert rig.started() == Counter({"discover": 2, "install": 2, "token": 1})
+    _, steps = await _failed_then_replayed(svc, event.id, "anew")
     assert [(s.name, s.attempts) for s in steps] == [("discover", 1), ("install", 1), ("token", 1)]
 
 
-async def test_replay_refuses_without_yes_when_stdin_is_not_a_terminal(
-    start_service: ServiceFactory,
-    http: aiohttp.ClientSession,
-    db_url: str,
-    fault: Path,
-    runs_file: Path,
-) -> None:
-    _, event, _ = await _failed_event(start_service, http, OperateHandler(fault, runs_file))
-    before = _dump(db_url, skip=("leases",))
-    out = cli("replay", str(event.id), "--database", db_url)
+async def test_replay_refuses_without_yes_when_stdin_is_not_a_terminal(rig: Rig) -> None:
+    _, event, _ = await rig.failed_event()
+    before = _dump(rig.db_url, skip=("leases",))
+    out = cli("replay", str(event.id), "--database", rig.db_url)
     assert out.returncode == 2
     assert out.stderr.strip() == (
         "lccn-subscriber: error: refusing to replay 1 event(s) without --yes "
         "(stdin is not a terminal)"
     )
-    assert _dump(db_url, skip=("leases",)) == before
-    out = cli("replay", "--database", db_url)
+    assert _dump(rig.db_url, skip=("leases",)) == before
+    out = cli("replay", "--database", rig.db_url)
     assert out.returncode == 2 and "give ids, a filter" in out.stderr
-    out = cli("replay", "999999", "--yes", "--database", db_url)
+    out = cli("replay", "999999", "--yes", "--database", rig.db_url)
     assert out.returncode == 2 and "no event with id 999999" in out.stderr
 
 
-async def test_replay_and_live_events_of_one_instance_never_overlap(
-    start_service: ServiceFactory,
-    http: aiohttp.ClientSession,
-    db_url: str,
-    fault: Path,
-    runs_file: Path,
-) -> None:
-    handler = OperateHandler(fault, runs_file, step_seconds=0.05)
-    svc, event, body = await _failed_event(start_service, http, handler)
-    fault.unlink()
+async def test_replay_and_live_events_of_one_instance_never_overlap(rig: Rig) -> None:
+    svc, event, body = await rig.failed_event(step_seconds=0.05)
+    rig.fault.unlink()
     instance = body["vnfInstanceId"]
     # Replay while live events of the same instance keep arriving.
     replay = asyncio.create_task(
-        asyncio.to_thread(cli, "replay", str(event.id), "--yes", "--database", db_url)
+        asyncio.to_thread(cli, "replay", str(event.id), "--yes", "--database", rig.db_url)
     )
     for operation in ("HEAL", "SCALE", "HEAL"):
         occ = uid()
         for state in ("STARTING", "PROCESSING", "COMPLETED"):
-            await _post(
-                http,
+            await rig.post(
                 svc,
                 op_occ(instance=instance, op_occ_id=occ, operation=operation, state=state),
             )
@@ -280,7 +264,7 @@ async def test_replay_and_live_events_of_one_instance_never_overlap(
     await wait_settled(svc, 10)
 
     running: set[int] = set()
-    for job, _, _, what, inst in runs(runs_file):
+    for job, _, _, what, inst in runs(rig.runs_file):
         assert inst == instance
         if what == "start":
             assert not running - {job}, f"job {job} started while {running} ran"
@@ -292,47 +276,35 @@ async def test_replay_and_live_events_of_one_instance_never_overlap(
     assert jobs[-1].mode == "resume" and jobs[-1].status == "done"
 
 
-async def test_a_replayed_transition_is_not_stale_although_its_op_occ_moved_on(
-    start_service: ServiceFactory,
-    http: aiohttp.ClientSession,
-    db_url: str,
-    fault: Path,
-    runs_file: Path,
-) -> None:
-    svc = await start_service(routing=_registry(OperateHandler(fault, runs_file)))
+async def test_a_replayed_transition_is_not_stale_although_its_op_occ_moved_on(rig: Rig) -> None:
+    svc = await rig.start()
     occ, instance = uid(), uid()
-    await _post(http, svc, op_occ(instance=instance, op_occ_id=occ, state="PROCESSING"))
+    await rig.post(svc, op_occ(instance=instance, op_occ_id=occ, state="PROCESSING"))
     await wait_settled(svc, 1)
-    fault.unlink()
-    await _post(http, svc, op_occ(instance=instance, op_occ_id=occ, state="COMPLETED"))
+    rig.fault.unlink()
+    await rig.post(svc, op_occ(instance=instance, op_occ_id=occ, state="COMPLETED"))
     events = await wait_settled(svc, 2)
     processing = next(e for e in events if e.operation_state == "PROCESSING")
     assert processing.status == "failed"
-    out = cli("replay", str(processing.id), "--yes", "--database", db_url)
+    out = cli("replay", str(processing.id), "--yes", "--database", rig.db_url)
     assert out.returncode == 0, out.stderr
     await _wait_status(svc, processing.id, "done")
 
 
-async def test_batch_replay_by_filter_is_paced_and_shows_progress(
-    start_service: ServiceFactory,
-    http: aiohttp.ClientSession,
-    db_url: str,
-    fault: Path,
-    runs_file: Path,
-) -> None:
-    svc = await start_service(routing=_registry(OperateHandler(fault, runs_file)))
+async def test_batch_replay_by_filter_is_paced_and_shows_progress(rig: Rig) -> None:
+    svc = await rig.start()
     instances = [uid() for _ in range(3)]
     for instance in instances:
-        await _post(http, svc, op_occ(instance=instance, operation="HEAL", state="COMPLETED"))
+        await rig.post(svc, op_occ(instance=instance, operation="HEAL", state="COMPLETED"))
     events = await wait_settled(svc, 3)
     assert {e.status for e in events} == {"failed"}
-    fault.unlink()
-    out = cli("replay", "--operation", "HEAL", "--rate", "10/s", "--yes", "--database", db_url)
+    rig.fault.unlink()
+    out = cli("replay", "--operation", "HEAL", "--rate", "10/s", "--yes", "--database", rig.db_url)
     assert out.returncode == 0, out.stderr
     progress = [line for line in out.stderr.splitlines() if line.startswith("replay [")]
     assert [line.split("] ")[1].split()[0] for line in progress] == ["1/3", "2/3", "3/3"]
     for e in events:
         await _wait_status(svc, e.id, "done")
-    (row,) = json.loads(cli("audit", "list", "--format", "json", "--database", db_url).stdout)
+    (row,) = json.loads(cli("audit", "list", "--format", "json", "--database", rig.db_url).stdout)
     assert row["eventIds"] == sorted(e.id for e in events)
     assert row["detail"]["filters"] == {"operation": "HEAL"} and row["detail"]["rate"] == "10/s"

@@ -40,6 +40,13 @@ def serve(tmp_path: Path, db_url: str) -> Iterator[ServeProcess]:
     proc.stop()
 
 
+@pytest.fixture
+async def worker(serve: ServeProcess) -> int:
+    """The pid of ``serve``'s worker, once serve is ready."""
+    await serve.ready()
+    return await worker_pid(serve.proc.pid)  # type: ignore[union-attr]
+
+
 async def _post(http: aiohttp.ClientSession, url: str) -> str:
     body = op_occ(state="STARTING")
     async with http.post(url, json=body) as resp:
@@ -54,10 +61,8 @@ async def _metrics(http: aiohttp.ClientSession, serve: ServeProcess) -> str:
 
 
 async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
-    serve: ServeProcess, tmp_path: Path
+    serve: ServeProcess, worker: int
 ) -> None:
-    await serve.ready()
-    worker = await worker_pid(serve.proc.pid)
     async with aiohttp.ClientSession() as http:
         status, body = await serve.readyz(http)
         assert status == 200 and body["checks"]["worker"] == {  # type: ignore[index]
@@ -87,10 +92,9 @@ async def test_serve_runs_jobs_in_its_worker_woken_without_polling(
 
 
 async def test_a_worker_that_dies_is_restarted_and_readyz_says_so_meanwhile(
-    serve: ServeProcess, tmp_path: Path
+    serve: ServeProcess, worker: int
 ) -> None:
-    await serve.ready()
-    first = await worker_pid(serve.proc.pid)
+    first = worker
     async with aiohttp.ClientSession() as http:
         text = await _metrics(http, serve)
         assert metric(text, "lccn_worker_up") == 1
@@ -124,9 +128,7 @@ async def test_a_worker_that_dies_is_restarted_and_readyz_says_so_meanwhile(
     assert "worker started" in serve.log.read_text()
 
 
-async def test_sigterm_stops_the_worker_too(serve: ServeProcess) -> None:
-    await serve.ready()
-    worker = await worker_pid(serve.proc.pid)
+async def test_sigterm_stops_the_worker_too(serve: ServeProcess, worker: int) -> None:
     serve.proc.send_signal(signal.SIGTERM)
     assert serve.proc.wait(30) == 0
     await gone({worker})

@@ -94,8 +94,11 @@ def _forged(instance: str, occ: str, operation: str, state: str = "COMPLETED") -
 
 
 async def _assert_rejected(
-    svc: Service, event: EventRow, ssh: FakeSsh, openstack: FakeOpenStack, why: str
+    guarded: tuple[Service, FakeSsh, FakeOpenStack], forged: dict[str, Any], why: str
 ) -> None:
+    """Post ``forged``: its event is rejected for ``why``, and nothing was acted on."""
+    svc, ssh, openstack = guarded
+    event = await _post(svc, forged)
     assert event.status == EventStatus.REJECTED, (event.status, event.status_detail)
     assert why in (event.status_detail or "")
     assert ssh.calls == [] and openstack.calls == []
@@ -108,27 +111,23 @@ async def _assert_rejected(
 async def test_forged_instance_is_not_acted_on(
     guarded: tuple[Service, FakeSsh, FakeOpenStack], real_vnf: Any
 ) -> None:
-    svc, ssh, openstack = guarded
     inst, occ, other = real_vnf
     # the real op-occ of one instance, paired with another (a tenant's VMs as the target)
-    event = await _post(svc, _forged(other, occ, "INSTANTIATE"))
-    await _assert_rejected(svc, event, ssh, openstack, f"belongs to VNF instance {inst}")
+    forged = _forged(other, occ, "INSTANTIATE")
+    await _assert_rejected(guarded, forged, f"belongs to VNF instance {inst}")
 
 
 async def test_forged_operation_is_not_acted_on(
     guarded: tuple[Service, FakeSsh, FakeOpenStack], real_vnf: Any
 ) -> None:
-    svc, ssh, openstack = guarded
     inst, occ, _ = real_vnf
-    event = await _post(svc, _forged(inst, occ, "HEAL"))
-    await _assert_rejected(svc, event, ssh, openstack, "its operation is INSTANTIATE")
+    await _assert_rejected(guarded, _forged(inst, occ, "HEAL"), "its operation is INSTANTIATE")
 
 
 async def test_unknown_op_occ_is_not_acted_on(
     guarded: tuple[Service, FakeSsh, FakeOpenStack], real_vnf: Any
 ) -> None:
-    svc, ssh, openstack = guarded
     inst, _, _ = real_vnf
     made_up = str(uuid.uuid4())
-    event = await _post(svc, _forged(inst, made_up, "INSTANTIATE"))
-    await _assert_rejected(svc, event, ssh, openstack, f"Tacker has no op-occ {made_up}")
+    forged = _forged(inst, made_up, "INSTANTIATE")
+    await _assert_rejected(guarded, forged, f"Tacker has no op-occ {made_up}")

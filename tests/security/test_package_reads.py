@@ -28,7 +28,7 @@ from subscriber.kernel import JobContext, Services, Step
 from subscriber.tacker import TackerClient
 from tests.cluster_fakes import job_context
 from tests.factories import op_occ
-from tests.loopback import listen
+from tests.loopback import serving
 
 pytestmark = pytest.mark.asyncio
 
@@ -56,14 +56,11 @@ async def package_api(tmp_path: Path) -> AsyncIterator[tuple[str, dict[str, Path
     async def content(request: web.Request) -> web.StreamResponse:
         return web.FileResponse(served[request.match_info["pkg"].removeprefix("pkg-")])
 
-    app = web.Application()
-    app.router.add_get("/vnfpkgm/v1/vnf_packages", index)
-    app.router.add_get("/vnfpkgm/v1/vnf_packages/{pkg}/package_content", content)
-    runner = web.AppRunner(app)
-    try:
-        yield await listen(runner), served
-    finally:
-        await runner.cleanup()
+    async with serving(
+        ("GET", "/vnfpkgm/v1/vnf_packages", index),
+        ("GET", "/vnfpkgm/v1/vnf_packages/{pkg}/package_content", content),
+    ) as url:
+        yield url, served
 
 
 def _reader(client: TackerClient, settings: ClusterSettings) -> tuple[ClusterJob, JobContext]:

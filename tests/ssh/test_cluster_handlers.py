@@ -20,7 +20,7 @@ import pytest
 from subscriber.config import ClusterSettings, SshSettings
 from subscriber.service import Service
 from subscriber.store import StepStatus
-from tests.cluster_fakes import cluster_service, cluster_vnf, k8s_params
+from tests.cluster_fakes import cluster_service, cluster_vnf, host_params
 from tests.conftest import callback_url, rerun, wait_settled
 from tests.factories import op_occ
 from tests.testbed import testhosts
@@ -38,13 +38,7 @@ def octet(host: Any) -> str:
 
 def params(bed: Any, ha: bool = False) -> dict[str, Any]:
     # Masters as root with a key, workers as a sudo user with a password (Tacker's way).
-    return k8s_params(
-        master_user="root",
-        worker_user=bed.user,
-        key=str(bed.client_key),
-        password=bed.password,
-        ha=ha,
-    )
+    return host_params(bed, ha=ha)
 
 
 async def notify(svc: Service, instance: str, occ: str) -> None:

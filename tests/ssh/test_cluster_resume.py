@@ -69,6 +69,14 @@ def _serve(
     return ServeProcess(tmp_path, free_port(), env), fixture, inst, occ
 
 
+async def _restart_until_done(serve: ServeProcess) -> None:
+    """Start the killed serve again (on a new port) and wait until it finished the event."""
+    serve.port = free_port()
+    serve.start()
+    await serve.ready()
+    await _until(serve, "SELECT 1 FROM events WHERE status='done'", 120)
+
+
 async def _notify(serve: ServeProcess, inst: str, occ: str) -> None:
     body = op_occ(instance=inst, op_occ_id=occ, operation="INSTANTIATE", state="COMPLETED")
     async with aiohttp.ClientSession() as http, http.post(serve.url, json=body) as resp:
@@ -98,10 +106,7 @@ async def test_sigkill_during_worker_joins_resumes(
         assert inits_before == 1
 
         bed.set_join_delay(0.0)
-        serve.port = free_port()
-        serve.start()
-        await serve.ready()
-        await _until(serve, "SELECT 1 FROM events WHERE status='done'", 120)
+        await _restart_until_done(serve)
     finally:
         serve.kill()
         bed.set_join_delay(0.0)
@@ -140,10 +145,7 @@ async def test_sigkill_during_discovery_rebuilds_the_same_plan(
         assert before == [("confirm", "done"), ("load-params", "done")]
 
         gate.touch()
-        serve.port = free_port()
-        serve.start()
-        await serve.ready()
-        await _until(serve, "SELECT 1 FROM events WHERE status='done'", 120)
+        await _restart_until_done(serve)
     finally:
         serve.kill()
 

@@ -12,7 +12,6 @@ its volume kept) mounts the volume again without formatting it: the file is stil
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from handlers.toolkit import storage
 from subscriber.config import SshSettings
 from subscriber.kernel.ports import PortAddresses
 from tests.cluster_fakes import (
+    STORAGE_CP,
     FakeOpenStack,
     FakeTacker,
     cluster_service,
@@ -29,15 +29,16 @@ from tests.cluster_fakes import (
     k8s_params,
     lcm_op_occ,
     uid,
+    with_storage_server,
 )
 from tests.conftest import rerun
 from tests.ssh.cluster import CLUSTER, Cluster, fs
+from tests.testbed.testhosts import inside
 
 from .conftest import testhosts
 
 pytestmark = [pytest.mark.ssh, pytest.mark.asyncio, pytest.mark.usefixtures("restore_hostnames")]
 
-STORAGE_CP = "storage_server_CP"
 MOUNT = "/srv/lccn/volume"
 EXPORTS = [f"{MOUNT}/nfs/pv1", f"{MOUNT}/nfs/pv2"]
 VNFD = "vnfd-storage"
@@ -79,17 +80,6 @@ def add_storage_vnfc(
     return vnfc
 
 
-def inside(host: Any, *argv: str, net_only: bool = False) -> subprocess.CompletedProcess[str]:
-    """A command in the host's namespaces (network only: the machine's files)."""
-    spaces = ["-n"] if net_only else ["-n", "-m"]
-    return subprocess.run(
-        ["nsenter", "-t", str(host.pid), *spaces, *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def stop_nfs(bed: Any, host: Any) -> None:
     """The storage host as it was: volume unmounted, exports gone, Ganesha stopped."""
     inside(host, "umount", "-l", MOUNT)
@@ -101,27 +91,9 @@ def storage_params(bed: Any) -> dict[str, Any]:
     """Root with the test key on the nodes; the storage server logs in with its own
     user and password (sudo), as the seeds' storage_server does."""
     params = k8s_params(master_user="root", worker_user="root", key=str(bed.client_key))
-    params["k8s_cluster_installation_param"].update(
-        storage_server={
-            "ssh_cp_name": STORAGE_CP,
-            "username": bed.user,
-            "password": bed.password,
-            "cinder_volume_setup_params": [
-                {"volume_resource_id": "storage_server_volume", "mount_to": MOUNT}
-            ],
-            "nfs_server_setup_params": [
-                {"export_dir": d, "export_to": "10.77.0.0/24"} for d in EXPORTS
-            ],
-        },
-        pv_registration_params=[
-            {
-                "pv_manifest_file_path": f"Files/kubernetes/nfs-pv{i}.yaml",
-                "nfs_server_cp": STORAGE_CP,
-            }
-            for i in (1, 2)
-        ],
+    return with_storage_server(
+        params, username=bed.user, password=bed.password, mount=MOUNT, network="10.77.0.0/24"
     )
-    return params
 
 
 async def test_storage_server_nfs_and_pvs_then_a_rebuilt_storage_server(

@@ -34,7 +34,11 @@ from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import k8s_params
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
+from tests.testbed.tacker_api import (
+    TackerClient,
+    instantiate_request,
+    unique_name,
+)
 
 pytestmark = [pytest.mark.tacker, pytest.mark.asyncio, pytest.mark.timeout(600)]
 
@@ -111,12 +115,7 @@ async def instantiate(tacker: TackerClient, bed: tb.BedState, sim: SimProcess) -
         tacker,
         inst,
         "instantiate",
-        {
-            "flavourId": "simple",
-            "vimConnectionInfo": sim.vim_connection_info(),
-            "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-            "additionalParams": k8s_params("simple"),
-        },
+        instantiate_request(sim.vim_connection_info(), k8s_params("simple"), NETWORK_ID),
     )
     assert occ["operationState"] == "COMPLETED", occ.get("error")
     return inst

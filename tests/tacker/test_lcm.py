@@ -21,7 +21,7 @@ from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
     CallbackRecorder,
     TackerClient,
-    ext_virtual_links,
+    instantiate_request,
     unique_name,
     wait_for,
 )
@@ -54,12 +54,9 @@ class LcmDriver:
         occ = self.tacker.run_op(
             inst_id,
             "instantiate",
-            {
-                "flavourId": flavour,
-                "vimConnectionInfo": self.sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": k8s_params(flavour),
-            },
+            instantiate_request(
+                self.sim.vim_connection_info(), k8s_params(flavour), NETWORK_ID, flavour=flavour
+            ),
         )
         assert occ["operationState"] == "COMPLETED", occ.get("error")
         return inst_id, occ
@@ -303,12 +300,7 @@ def test_injected_heat_failure_gives_failed_temp_and_the_store_records_it(
         occ = lcm.tacker.run_op(
             inst_id,
             "instantiate",
-            {
-                "flavourId": "simple",
-                "vimConnectionInfo": sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": k8s_params("simple"),
-            },
+            instantiate_request(sim.vim_connection_info(), k8s_params("simple"), NETWORK_ID),
         )
     assert occ["operationState"] == "FAILED_TEMP"
     assert "No valid host" in occ["error"]["detail"]
@@ -352,12 +344,7 @@ def test_retry_after_failed_temp_is_a_new_attempt_that_runs(
         occ = lcm.tacker.run_op(
             inst_id,
             "instantiate",
-            {
-                "flavourId": "simple",
-                "vimConnectionInfo": sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": k8s_params("simple"),
-            },
+            instantiate_request(sim.vim_connection_info(), k8s_params("simple"), NETWORK_ID),
         )
     assert occ["operationState"] == "FAILED_TEMP"
     failed = lcm.rec.wait(vnfLcmOpOccId=occ["id"], operationState="FAILED_TEMP")

@@ -9,7 +9,6 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,13 +25,17 @@ from subscriber.config import (
 from subscriber.service import Service
 from subscriber.store import EventRow
 from subscriber.tacker import TackerClient, ensure_subscription
-from tests.conftest import free_port
+from tests.conftest import Started, free_port, wait_until
 from tests.tacker import writeback_handler as wb
 from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import k8s_params
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import CallbackRecorder, ext_virtual_links, unique_name
+from tests.testbed.tacker_api import (
+    CallbackRecorder,
+    instantiate_request,
+    unique_name,
+)
 from tests.testbed.tacker_api import TackerClient as SyncTacker
 
 pytestmark = pytest.mark.tacker
@@ -43,9 +46,9 @@ def tacker_settings(bed: tb.BedState, **kw: Any) -> TackerSettings:
     return TackerSettings(**bed.tacker_section(**{**quick, **kw}))
 
 
-def service_settings(db_url: str, tacker: TackerSettings, port: int | None = None) -> Settings:
+def service_settings(db_url: str, tacker: TackerSettings) -> Settings:
     return Settings(
-        http=HttpSettings(host="127.0.0.1", port=port or free_port()),
+        http=HttpSettings(host="127.0.0.1", port=free_port()),
         database=DatabaseSettings(url=db_url),
         dispatch=DispatchSettings(rescan_interval=0.5, backoff_initial=0.2, max_attempts=3),
         handlers=HandlerSettings(modules=("tests.tacker.writeback_handler",)),
@@ -54,39 +57,17 @@ def service_settings(db_url: str, tacker: TackerSettings, port: int | None = Non
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
-
-
-@pytest.fixture
-async def services() -> AsyncIterator[Callable[[Settings], Any]]:
-    """Start Services; at teardown stop them and delete the subscriptions they made."""
-    started: list[Service] = []
-
-    async def start(settings: Settings) -> Service:
-        svc = Service(settings)
-        await svc.start()
-        started.append(svc)
-        return svc
-
-    yield start
-    subs = [s.subscriptions.subscription_id for s in started if s.subscriptions]
-    for svc in reversed(started):
-        await svc.stop()
-    if started:
-        async with TackerClient(started[0].settings.tacker) as client:
+async def services(db_url: str) -> AsyncIterator[Callable[[TackerSettings], Any]]:
+    """Start Services on this test's database with the given Tacker settings; at teardown
+    stop them and delete the subscriptions they made."""
+    async with Started(lambda tacker: Service(service_settings(db_url, tacker))) as start:
+        yield start
+        subs = [s.subscriptions.subscription_id for s in start.items if s.subscriptions]
+    if start.items:
+        async with TackerClient(start.items[0].settings.tacker) as client:
             for sub in subs:
                 if sub:
                     await client.delete_subscription(sub)
-
-
-async def wait_until(predicate: Callable[[], Any], timeout: float = 90.0, what: str = "") -> Any:
-    async with asyncio.timeout(timeout):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await asyncio.sleep(0.1)
 
 
 async def events_of(svc: Service, inst: str) -> list[EventRow]:
@@ -102,12 +83,7 @@ async def instantiate(tacker: SyncTacker, bed: tb.BedState, sim: SimProcess) -> 
         occ = tacker.run_op(
             inst,
             "instantiate",
-            {
-                "flavourId": "simple",
-                "vimConnectionInfo": sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": k8s_params("simple"),
-            },
+            instantiate_request(sim.vim_connection_info(), k8s_params("simple"), NETWORK_ID),
         )
         assert occ["operationState"] == "COMPLETED", occ.get("error")
         return inst, str(occ["id"])
@@ -124,9 +100,9 @@ async def terminate(tacker: SyncTacker, inst: str) -> None:
 
 
 async def test_subscribe_twice_makes_one_subscription_even_while_jobs_are_busy(
-    bed: tb.BedState, db_url: str, services: Any
+    bed: tb.BedState, services: Any
 ) -> None:
-    svc: Service = await services(service_settings(db_url, tacker_settings(bed)))
+    svc: Service = await services(tacker_settings(bed))
     assert svc.tacker is not None
     # Keep the only job slot busy: Tacker's GET test must still be answered.
     inst = f"busy-{uuid.uuid4()}"
@@ -163,16 +139,9 @@ async def _statuses(svc: Service, inst: str, wanted: set[str]) -> bool:
 
 
 async def test_write_back_lands_and_its_echo_runs_no_handler(
-    bed: tb.BedState,
-    sim: SimProcess,
-    tacker: SyncTacker,
-    recorder: CallbackRecorder,
-    db_url: str,
-    services: Any,
+    bed: tb.BedState, sim: SimProcess, tacker: SyncTacker, recorder: CallbackRecorder, services: Any
 ) -> None:
-    svc: Service = await services(
-        service_settings(db_url, tacker_settings(bed, subscribe_on_start=True))
-    )
+    svc: Service = await services(tacker_settings(bed, subscribe_on_start=True))
     assert svc.subscriptions is not None
     await asyncio.wait_for(svc.subscriptions.subscribed.wait(), 30)
     inst, occ = await instantiate(tacker, bed, sim)
@@ -264,15 +233,10 @@ async def test_patch_while_tacker_holds_the_lock_lands_after_backoff(
 
 
 async def test_reconciler_recovers_transitions_sent_while_serve_was_down(
-    bed: tb.BedState,
-    sim: SimProcess,
-    tacker: SyncTacker,
-    recorder: CallbackRecorder,
-    db_url: str,
-    services: Any,
+    bed: tb.BedState, sim: SimProcess, tacker: SyncTacker, recorder: CallbackRecorder, services: Any
 ) -> None:
     settings = tacker_settings(bed, subscribe_on_start=True, reconcile_interval=0.3)
-    first: Service = await services(service_settings(db_url, settings))
+    first: Service = await services(settings)
     assert first.subscriptions is not None and first.reconciler is not None
     await asyncio.wait_for(first.subscriptions.subscribed.wait(), 30)
     await wait_until(lambda: _true(first.reconciler.runs > 0 if first.reconciler else False))
@@ -290,9 +254,7 @@ async def test_reconciler_recovers_transitions_sent_while_serve_was_down(
 
     sent = await wait_until(all_sent, timeout=30, what="Tacker to send the three transitions")
 
-    second: Service = await services(
-        service_settings(db_url, tacker_settings(bed, reconcile_interval=0.3))
-    )
+    second: Service = await services(tacker_settings(bed, reconcile_interval=0.3))
 
     async def recovered() -> list[EventRow] | None:
         mine = [e for e in await events_of(second, inst) if e.vnf_lcm_op_occ_id == occ]
@@ -324,7 +286,7 @@ async def test_reconciler_recovers_transitions_sent_while_serve_was_down(
 
 
 async def test_wrong_keystone_credentials_fail_the_step_and_write_nothing(
-    bed: tb.BedState, sim: SimProcess, tacker: SyncTacker, db_url: str, services: Any
+    bed: tb.BedState, sim: SimProcess, tacker: SyncTacker, services: Any
 ) -> None:
     bad = "not-the-password-" + uuid.uuid4().hex[:6]
     settings = tacker_settings(
@@ -335,7 +297,7 @@ async def test_wrong_keystone_credentials_fail_the_step_and_write_nothing(
         password=bad,
         project_name=sim.config.project_name,
     )
-    svc: Service = await services(service_settings(db_url, settings))
+    svc: Service = await services(settings)
     inst = await asyncio.to_thread(
         tacker.create, bed.vnfd_id or "", unique_name("talkback-badauth")
     )

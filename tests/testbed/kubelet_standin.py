@@ -114,14 +114,10 @@ def micro_now() -> str:
 # ----------------------------------------------------------------------- reading kubeadm's files
 
 
-def yaml_to_json(path: str) -> dict[str, Any]:
-    """A YAML object (a manifest) as JSON, converted by ``kubectl`` without a server."""
+def _kubectl_json(path: str, *args: str) -> dict[str, Any]:
+    """``kubectl ARGS -o json`` (no server) on the file ``path``, its JSON answer."""
     proc = subprocess.run(
-        [KUBECTL, "annotate", "--local", "-f", path, "-o", "json", "lccn.standin/read=1"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+        [KUBECTL, *args, "-o", "json"], capture_output=True, text=True, timeout=30, check=False
     )
     if proc.returncode != 0:
         raise ValueError(f"cannot read {path}: {proc.stderr.strip()}")
@@ -129,18 +125,14 @@ def yaml_to_json(path: str) -> dict[str, Any]:
     return data
 
 
+def yaml_to_json(path: str) -> dict[str, Any]:
+    """A YAML object (a manifest) as JSON, converted by ``kubectl`` without a server."""
+    return _kubectl_json(path, "annotate", "--local", "-f", path, "lccn.standin/read=1")
+
+
 def read_kubeconfig(path: str) -> dict[str, Any]:
     """The kubeconfig's current cluster and user, files inlined (``kubectl config view``)."""
-    proc = subprocess.run(
-        [KUBECTL, "config", "view", "--raw", "--flatten", "-o", "json", "--kubeconfig", path],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise ValueError(f"cannot read {path}: {proc.stderr.strip()}")
-    config = json.loads(proc.stdout)
+    config = _kubectl_json(path, "config", "view", "--raw", "--flatten", "--kubeconfig", path)
     context_name = config.get("current-context")
     context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
     cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])

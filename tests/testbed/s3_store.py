@@ -13,14 +13,12 @@ and committed offsets intact. Install it with ``bash scripts/setup.d/31-s3.sh``.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testbed.kafka_broker import free_port
+from tests.testbed.kafka_broker import ServerProcess, free_port, setup_cache, spawn
 
 __all__ = ["S3Store", "moto_server", "start_s3"]
 
@@ -33,10 +31,7 @@ def moto_server() -> Path:
     explicit = os.environ.get("LCCN_MOTO_SERVER")
     if explicit:
         return Path(explicit)
-    cache = Path(
-        os.environ.get("LCCN_TEST_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lccn-subscriber"
-    )
+    cache = setup_cache()
     binary = cache / f"moto-{VERSION}" / "venv" / "bin" / "moto_server"
     if not binary.exists():
         raise FileNotFoundError(
@@ -45,11 +40,7 @@ def moto_server() -> Path:
     return binary
 
 
-@dataclass
-class S3Store:
-    port: int
-    process: subprocess.Popen[bytes]
-
+class S3Store(ServerProcess):
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -69,15 +60,6 @@ class S3Store:
             "AWS_ALLOW_HTTP": "true",
         }
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
 
 def start_s3(*, log: Path | None = None, timeout: float = 30.0) -> S3Store:
     """Start the store, wait until it answers, create the bucket.
@@ -86,17 +68,7 @@ def start_s3(*, log: Path | None = None, timeout: float = 30.0) -> S3Store:
         RuntimeError: it exited or did not answer within ``timeout``.
     """
     port = free_port()
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 (handed to the child)
-    try:
-        process = subprocess.Popen(
-            [str(moto_server()), "-H", "127.0.0.1", "-p", str(port)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-    finally:
-        if log:
-            out.close()  # type: ignore[union-attr]
+    process = spawn([moto_server(), "-H", "127.0.0.1", "-p", port], log)
     store = S3Store(port, process)
     deadline = time.monotonic() + timeout
     while True:

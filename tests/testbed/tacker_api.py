@@ -23,6 +23,7 @@ __all__ = [
     "CallbackRecorder",
     "TackerClient",
     "ext_virtual_links",
+    "instantiate_request",
     "unique_name",
     "wait_for",
 ]
@@ -163,6 +164,24 @@ class TackerClient:
 
     def run_op(self, inst_id: str, task: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.wait_op(self.start_op(inst_id, task, body))
+
+
+def instantiate_request(
+    vim_connection_info: dict[str, Any],
+    params: dict[str, Any],
+    network_id: str,
+    *,
+    flavour: str = "simple",
+) -> dict[str, Any]:
+    """The body of an INSTANTIATE of the sample package: ``flavour`` on the VIM of
+    ``vim_connection_info``, its external links on ``network_id``, ``params`` as the
+    additionalParams."""
+    return {
+        "flavourId": flavour,
+        "vimConnectionInfo": vim_connection_info,
+        "extVirtualLinks": ext_virtual_links(network_id),
+        "additionalParams": params,
+    }
 
 
 def ext_virtual_links(network_id: str) -> list[dict[str, Any]]:

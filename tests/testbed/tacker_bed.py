@@ -205,6 +205,28 @@ def _fit_v1_schema(database: str) -> None:
         _psql_python(statement, database)
 
 
+def _stored_value(state: BedState, query: str, key: str) -> Any:
+    """The first column of the row ``query`` (one ``%s``: ``key``) finds in Tacker's database,
+    read with the Tacker venv's psycopg2; ``None`` when there is no row."""
+    code = (
+        "import json, psycopg2, sys\n"
+        "c = psycopg2.connect(host='127.0.0.1', port=5432, user='postgres', dbname=sys.argv[1])\n"
+        "cur = c.cursor()\n"
+        "cur.execute(sys.argv[2], (sys.argv[3],))\n"
+        "row = cur.fetchone()\n"
+        "value = row[0] if row else None\n"
+        "print(value if isinstance(value, str) else json.dumps(value))\n"
+    )
+    out = subprocess.run(
+        [str(tacker_venv() / "bin" / "python"), "-c", code, state.database, query, key],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return json.loads(out.stdout)
+
+
 def stored_vim_connection_info(state: BedState, inst_id: str) -> dict[str, Any] | None:
     """A v2 instance's ``vimConnectionInfo`` as Tacker stored it (its ``VnfInstanceV2`` row).
 
@@ -212,24 +234,9 @@ def stored_vim_connection_info(state: BedState, inst_id: str) -> dict[str, Any] 
     ``password``, ``client_secret``); the stored entry is what Tacker's infra drivers
     use. Read with the Tacker venv's psycopg2; ``None`` for an unknown instance.
     """
-    code = (
-        "import json, psycopg2, sys\n"
-        "c = psycopg2.connect(host='127.0.0.1', port=5432, user='postgres', dbname=sys.argv[1])\n"
-        "cur = c.cursor()\n"
-        'cur.execute(\'SELECT "vimConnectionInfo" FROM "VnfInstanceV2" WHERE id = %s\', '
-        "(sys.argv[2],))\n"
-        "row = cur.fetchone()\n"
-        "value = row[0] if row else None\n"
-        "print(value if isinstance(value, str) else json.dumps(value))\n"
+    value = _stored_value(
+        state, 'SELECT "vimConnectionInfo" FROM "VnfInstanceV2" WHERE id = %s', inst_id
     )
-    out = subprocess.run(
-        [str(tacker_venv() / "bin" / "python"), "-c", code, state.database, inst_id],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    value = json.loads(out.stdout)
     return value if isinstance(value, dict) else None
 
 
@@ -241,23 +248,7 @@ def stored_subscription_authentication(
     table, column = (
         ('"LccnSubscriptionV2"', "id") if api == "v2" else ("vnf_lcm_subscriptions", "id")
     )
-    code = (
-        "import json, psycopg2, sys\n"
-        "c = psycopg2.connect(host='127.0.0.1', port=5432, user='postgres', dbname=sys.argv[1])\n"
-        "cur = c.cursor()\n"
-        f"cur.execute('SELECT authentication FROM {table} WHERE {column} = %s', (sys.argv[2],))\n"
-        "row = cur.fetchone()\n"
-        "value = row[0] if row else None\n"
-        "print(value if isinstance(value, str) else json.dumps(value))\n"
-    )
-    out = subprocess.run(
-        [str(tacker_venv() / "bin" / "python"), "-c", code, state.database, sub_id],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    value = json.loads(out.stdout)
+    value = _stored_value(state, f"SELECT authentication FROM {table} WHERE {column} = %s", sub_id)
     if isinstance(value, str):  # v1 keeps the JSON text
         value = json.loads(value)
     return value if isinstance(value, dict) else None

@@ -81,6 +81,7 @@ __all__ = [
     "create",
     "destroy",
     "destroy_all",
+    "inside",
     "k8s_bin_dir",
     "k8s_missing",
     "kubernetes_processes",
@@ -803,6 +804,18 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def inside(host: TestHost, *argv: str, net_only: bool = False) -> subprocess.CompletedProcess[str]:
+    """``argv`` run in ``host``'s network and mount namespaces (``net_only``: its network
+    alone, with this machine's files), output as text; never raises on its exit code."""
+    spaces = ["-n"] if net_only else ["-n", "-m"]
+    return subprocess.run(
+        ["nsenter", "-t", str(host.pid), *spaces, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def kubernetes_processes(host: TestHost) -> list[str]:

@@ -31,7 +31,7 @@ from subscriber.config import (
 from subscriber.ingest.auth import cert_thumbprint, subscription_authentication
 from subscriber.kernel import RoutingTable
 from subscriber.service import Service
-from tests.conftest import basic, free_port, metric
+from tests.conftest import basic, fetch_token, free_port, metric
 from tests.factories import op_occ, uid
 from tests.recorders import Recorder
 
@@ -122,21 +122,13 @@ async def test_oauth2_client_credentials_token_then_bearer(
     base = f"http://127.0.0.1:{svc.port}"
     url = base + svc.settings.http.path
     form = {"grant_type": "client_credentials"}
-    async with http.post(
-        f"{base}/token", data=form, headers={"Authorization": basic("tacker", "nope")}
-    ) as resp:
-        assert resp.status == 401 and (await resp.json()) == {"error": "invalid_client"}
-    async with http.post(
-        f"{base}/token",
-        data={"grant_type": "password"},
-        headers={"Authorization": basic("tacker", secret)},
-    ) as resp:
-        assert resp.status == 400
-    async with http.post(
-        f"{base}/token", data=form, headers={"Authorization": basic("tacker", secret)}
-    ) as resp:
-        assert resp.status == 200 and resp.headers["Cache-Control"] == "no-store"
-        token = await resp.json()
+    wrong = await fetch_token(http, base, form, headers={"Authorization": basic("tacker", "nope")})
+    assert wrong.status == 401 and wrong.body == {"error": "invalid_client"}
+    right = {"Authorization": basic("tacker", secret)}
+    assert (await fetch_token(http, base, {"grant_type": "password"}, headers=right)).status == 400
+    answer = await fetch_token(http, base, form, headers=right)
+    assert answer.status == 200 and answer.headers["Cache-Control"] == "no-store"
+    token = answer.body
     assert token["token_type"] == "Bearer" and token["expires_in"] == 60
     bearer = token["access_token"]
 
@@ -273,19 +265,12 @@ async def test_mtls_requires_a_client_certificate_from_the_ca(
         # The right certificate, but no token: the OAUTH2_CLIENT_CERT flow wants one.
         async with http.post(url, json=op_occ(), ssl=ctx) as resp:
             assert resp.status == 401
-        async with http.post(
-            f"{base}/token",
-            data={"grant_type": "client_credentials", "client_id": "someone-else"},
-            ssl=ctx,
-        ) as resp:
-            assert resp.status == 401
-        async with http.post(
-            f"{base}/token",
-            data={"grant_type": "client_credentials", "client_id": "tacker-mtls"},
-            ssl=ctx,
-        ) as resp:
-            assert resp.status == 200
-            bearer = (await resp.json())["access_token"]
+        form = {"grant_type": "client_credentials", "client_id": "someone-else"}
+        assert (await fetch_token(http, base, form, ssl=ctx)).status == 401
+        form["client_id"] = "tacker-mtls"
+        answer = await fetch_token(http, base, form, ssl=ctx)
+        assert answer.status == 200
+        bearer = answer.body["access_token"]
         headers = {"Authorization": f"Bearer {bearer}"}
         async with http.get(url, headers=headers, ssl=ctx) as resp:
             assert resp.status == 204
@@ -358,9 +343,9 @@ async def test_generated_credentials_work_on_every_replica_of_the_store(
         await a.store.credentials.add(record)
         form = {"grant_type": "client_credentials"}
         auth = {"Authorization": basic(record.principal, secret)}
-        async with http.post(f"http://127.0.0.1:{a.port}/token", data=form, headers=auth) as r:
-            assert r.status == 200
-            token = (await r.json())["access_token"]
+        answer = await fetch_token(http, f"http://127.0.0.1:{a.port}", form, headers=auth)
+        assert answer.status == 200
+        token = answer.body["access_token"]
         async with http.post(
             url_b, json=op_occ(), headers={"Authorization": f"Bearer {token}"}
         ) as resp:

@@ -40,7 +40,7 @@ from tests.cluster_fakes import (
     topology,
     vnf_package,
 )
-from tests.loopback import listen
+from tests.loopback import serving
 from tests.unit.test_cluster_handlers import ctx_for
 
 PASSWORD = "S3cr%40t-pw"  # percent-encoded '@' inside: systemd must not expand it
@@ -314,14 +314,11 @@ async def package_server() -> AsyncIterator[tuple[str, list[web.Request]]]:
         seen.append(request)
         return web.Response(body=pkg, content_type="application/zip")
 
-    app = web.Application()
-    app.router.add_get("/vnfpkgm/v1/vnf_packages", index)
-    app.router.add_get("/vnfpkgm/v1/vnf_packages/pkg-1/package_content", content)
-    runner = web.AppRunner(app)
-    try:
-        yield await listen(runner), seen
-    finally:
-        await runner.cleanup()
+    async with serving(
+        ("GET", "/vnfpkgm/v1/vnf_packages", index),
+        ("GET", "/vnfpkgm/v1/vnf_packages/pkg-1/package_content", content),
+    ) as url:
+        yield url, seen
 
 
 async def test_helm_package_content_from_the_vnfd_id(

@@ -241,16 +241,25 @@ async def test_registry_login_verdicts_name_server_and_user_never_the_password()
 # ----------------------------------------------------------------- the step
 
 
-async def test_registry_step_every_node_on_instantiate_only_new_ones_later() -> None:
+async def _registry_step(
+    workers: list[str], files: dict[str, bytes]
+) -> tuple[FakeSsh, Any, Any, Any]:
+    """A confirmed cluster VNF (one master, ``workers``) with the registry parameters and
+    ``files`` in its package, its topology discovered: the SSH fake, the job context, the
+    topology and the registry step."""
     data = registry_params()
-    tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], ["10.9.0.3", "10.9.0.4"], params=data)
-    tacker.onboard(inst, {CA_PATH: CA})
+    tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], workers, params=data)
+    tacker.onboard(inst, files)
     ssh = registry_ssh()
     ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=ssh))
     await confirmed(ctx)
     topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
     ctx.results["discover"] = topo.as_json()
-    step = configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
+    return ssh, ctx, topo, configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
+
+
+async def test_registry_step_every_node_on_instantiate_only_new_ones_later() -> None:
+    ssh, ctx, topo, step = await _registry_step(["10.9.0.3", "10.9.0.4"], {CA_PATH: CA})
     result = await run_step(step, ctx)
     assert sorted(result["nodes"]) == sorted(n.name for n in topo.nodes)
     assert result["registries"] == [SERVER, "10.9.0.51:5000"]
@@ -266,15 +275,7 @@ async def test_registry_step_refuses_a_missing_or_bad_certificate_and_skips_with
         ({}, "certificate_path 'Files/registry/ca.crt' is not in the VNF package"),
         ({CA_PATH: b"not a certificate"}, "is not a PEM certificate"),
     ):
-        data = registry_params()
-        tacker, openstack, inst, occ = cluster_vnf(["10.9.0.2"], [], params=data)
-        tacker.onboard(inst, files)
-        ssh = registry_ssh()
-        ctx = ctx_for(inst, occ, Services(tacker=tacker, openstack=openstack, ssh=ssh))
-        await confirmed(ctx)
-        topo = await discover(tacker.instances[inst], parse_cluster_params(data), openstack)
-        ctx.results["discover"] = topo.as_json()
-        step = configure_registry(ClusterJob(ClusterSettings(), ctx.notification))
+        ssh, ctx, _, step = await _registry_step([], files)
         with pytest.raises(PermanentStepError, match="private_registry_connection_info") as info:
             await run_step(step, ctx)
         assert message in str(info.value)

@@ -83,6 +83,16 @@ async def _send(http: aiohttp.ClientSession, url: str) -> None:
         assert resp.status == 204
 
 
+async def _run(
+    start_service: ServiceFactory, http: aiohttp.ClientSession, handler: Any, **dispatch: Any
+) -> tuple[Any, Any, list[Any]]:
+    """Start a Service that routes to ``handler`` alone, send it one event and wait for the
+    event to settle: the event, its job and the job's steps."""
+    svc = await start_service(routing=reg(handler), **dispatch)
+    await _send(http, callback_url(svc))
+    return await _job(svc)
+
+
 async def _job(svc: Any) -> tuple[Any, Any, list[Any]]:
     (event,) = await wait_settled(svc, 1)
     job = await svc.store.jobs.current(event.id)
@@ -97,9 +107,7 @@ async def test_transient_failure_resumes_at_the_failed_step(
         ["discover", "install", "token"],
         faults={"install": [TransientStepError("ssh connect refused")] * 2},
     )
-    svc = await start_service(routing=reg(h), backoff_initial=0.05, backoff_max=0.1)
-    await _send(http, callback_url(svc))
-    event, job, steps = await _job(svc)
+    event, job, steps = await _run(start_service, http, h, backoff_initial=0.05, backoff_max=0.1)
     assert event.status == "done" and job.status == JobStatus.DONE
     assert h.calls == Counter({"discover": 1, "install": 3, "token": 1})
     assert [(s.name, s.status, s.attempts) for s in steps] == [
@@ -141,9 +149,7 @@ async def test_permanent_failure_fails_the_job_and_keeps_the_event(
         ["validate", "install"],
         faults={"validate": [PermanentStepError("master_node.password missing")]},
     )
-    svc = await start_service(routing=reg(h))
-    await _send(http, callback_url(svc))
-    event, job, steps = await _job(svc)
+    event, job, steps = await _run(start_service, http, h)
     assert event.status == "failed"
     assert job.status == JobStatus.FAILED and job.error_class == "permanent"
     assert "master_node.password missing" in (job.last_error or "")
@@ -169,9 +175,7 @@ async def test_unclassified_errors_follow_the_steps_retry_class(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     h = Scripted(["a"], faults={"a": [ConnectionResetError("reset"), ValueError("bad")]})
-    svc = await start_service(routing=reg(h), backoff_initial=0.01, backoff_max=0.02)
-    await _send(http, callback_url(svc))
-    event, job, _ = await _job(svc)
+    event, job, _ = await _run(start_service, http, h, backoff_initial=0.01, backoff_max=0.02)
     # OSError -> transient (retried), ValueError -> permanent.
     assert h.calls["a"] == 2 and event.status == "failed" and job.error_class == "permanent"
 
@@ -180,9 +184,7 @@ async def test_retry_class_never_makes_transient_errors_permanent(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     h = Scripted(["a"], faults={"a": [TransientStepError("x")]}, retry=RetryClass.NEVER)
-    svc = await start_service(routing=reg(h))
-    await _send(http, callback_url(svc))
-    event, _, _ = await _job(svc)
+    event, _, _ = await _run(start_service, http, h)
     assert event.status == "failed" and h.calls["a"] == 1
 
 
@@ -190,9 +192,7 @@ async def test_skip_step_is_recorded_with_its_result(
     start_service: ServiceFactory, http: aiohttp.ClientSession
 ) -> None:
     h = Scripted(["init", "join"], skip={"init"})
-    svc = await start_service(routing=reg(h))
-    await _send(http, callback_url(svc))
-    event, _, steps = await _job(svc)
+    event, _, steps = await _run(start_service, http, h)
     assert event.status == "done"
     assert [(s.name, s.status) for s in steps] == [("init", "skipped"), ("join", "done")]
     assert h.seen_results[-1] == {"init": {"skipped": "init"}}
@@ -211,9 +211,9 @@ async def test_timeout_of_an_idempotent_step_is_transient(
             return Plan((Step("slow", slow, idempotent=True, timeout=0.2),))
 
     h = Slow([])
-    svc = await start_service(routing=reg(h), backoff_initial=0.01, backoff_max=0.02)
-    await _send(http, callback_url(svc))
-    event, _job_row, steps = await _job(svc)
+    event, _job_row, steps = await _run(
+        start_service, http, h, backoff_initial=0.01, backoff_max=0.02
+    )
     assert event.status == "done" and h.calls["slow"] == 2 and steps[0].attempts == 2
 
 
@@ -247,9 +247,7 @@ async def test_a_lost_ssh_connection_is_retried_only_for_an_idempotent_step(
     # a step that is not idempotent must not be run again blindly.
     lost = SshConnectionLost("run on root@10.0.0.5:22: connection lost", host="root@10.0.0.5:22")
     h = Scripted(["remote"], faults={"remote": [lost]}, idempotent={"remote": idempotent})
-    svc = await start_service(routing=reg(h), backoff_initial=0.01)
-    await _send(http, callback_url(svc))
-    event, job, steps = await _job(svc)
+    event, job, steps = await _run(start_service, http, h, backoff_initial=0.01)
     if idempotent:
         assert event.status == "done" and h.calls["remote"] == 2
     else:
@@ -265,9 +263,7 @@ async def test_a_connect_failure_of_a_non_idempotent_step_is_retried(
     # Nothing ran when the host could not be reached at all.
     refused = SshConnectError("connect to root@10.0.0.5:22: refused", host="root@10.0.0.5:22")
     h = Scripted(["remote"], faults={"remote": [refused]}, idempotent={"remote": False})
-    svc = await start_service(routing=reg(h), backoff_initial=0.01)
-    await _send(http, callback_url(svc))
-    event, _job_row, _ = await _job(svc)
+    event, _job_row, _ = await _run(start_service, http, h, backoff_initial=0.01)
     assert event.status == "done" and h.calls["remote"] == 2
 
 

@@ -20,17 +20,23 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
+@pytest.fixture
+def secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty secrets directory, named by ``LCCN_SECRETS_DIR``."""
+    path = tmp_path / "secrets"
+    path.mkdir()
+    monkeypatch.setenv("LCCN_SECRETS_DIR", str(path))
+    return path
+
+
 def test_a_secret_file_fills_its_setting_nested_and_case_insensitive(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    secrets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    secrets = tmp_path / "secrets"
-    secrets.mkdir()
     (secrets / "lccn_tacker__password").write_text("tacker-pw\n")
     (secrets / "LCCN_HOOKS__TOKEN").write_text("  hook-token\n")
     (secrets / "lccn_auth__basic__password").write_text("cb-pw")
     (secrets / "ssh_key").write_text("not a setting: never read as one")
     (secrets / "lccn_subdir").mkdir()
-    monkeypatch.setenv("LCCN_SECRETS_DIR", str(secrets))
     monkeypatch.setenv("LCCN_AUTH__BASIC__ENABLED", "true")
     monkeypatch.setenv("LCCN_AUTH__BASIC__USERNAME", "tacker")
     settings = load_settings()
@@ -44,15 +50,12 @@ def test_a_secret_file_fills_its_setting_nested_and_case_insensitive(
 
 
 def test_the_environment_wins_over_a_file_and_a_file_over_the_config_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    secrets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    secrets = tmp_path / "secrets"
-    secrets.mkdir()
     (secrets / "lccn_tacker__password").write_text("from-file")
     (secrets / "lccn_openstack__password").write_text("os-from-file")
     config = tmp_path / "lccn.yaml"
     config.write_text("openstack:\n  password: from-config\n  username: u\n")
-    monkeypatch.setenv("LCCN_SECRETS_DIR", str(secrets))
     monkeypatch.setenv("LCCN_TACKER__PASSWORD", "from-env")
     settings = load_settings(config)
     assert settings.tacker.password.get_secret_value() == "from-env"

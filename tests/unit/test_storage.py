@@ -26,6 +26,7 @@ from subscriber.errors import PermanentStepError, SkipStep
 from subscriber.kernel import JobContext, Services, Step
 from subscriber.kernel.ports import PortAddresses
 from tests.cluster_fakes import (
+    STORAGE_CP,
     Call,
     FakeOpenStack,
     FakeSsh,
@@ -34,10 +35,10 @@ from tests.cluster_fakes import (
     k8s_params,
     run_step,
     uid,
+    with_storage_server,
 )
 from tests.unit.test_cluster_handlers import ctx_for
 
-STORAGE_CP = "storage_server_CP"
 STORAGE_IP = "10.9.0.50"
 STORAGE_PW = "St0rage-pw!"
 VNFD = "vnfd-storage"
@@ -58,26 +59,9 @@ PV2 = PV1.replace("pv1", "pv2")
 
 
 def storage_params() -> dict[str, Any]:
-    data = k8s_params()
-    data["k8s_cluster_installation_param"].update(
-        storage_server={
-            "ssh_cp_name": STORAGE_CP,
-            "username": "ubuntu",
-            "password": STORAGE_PW,
-            "cinder_volume_setup_params": [
-                {"volume_resource_id": "storage_server_volume", "mount_to": "/volume"}
-            ],
-            "nfs_server_setup_params": [
-                {"export_dir": "/volume/nfs/pv1", "export_to": "10.9.0.0/24"},
-                {"export_dir": "/volume/nfs/pv2", "export_to": "10.9.0.0/24"},
-            ],
-        },
-        pv_registration_params=[
-            {"pv_manifest_file_path": "Files/kubernetes/nfs-pv1.yaml", "nfs_server_cp": STORAGE_CP},
-            {"pv_manifest_file_path": "Files/kubernetes/nfs-pv2.yaml", "nfs_server_cp": STORAGE_CP},
-        ],
+    return with_storage_server(
+        k8s_params(), username="ubuntu", password=STORAGE_PW, mount="/volume", network="10.9.0.0/24"
     )
-    return data
 
 
 @dataclass

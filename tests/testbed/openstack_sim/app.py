@@ -153,6 +153,12 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return web.json_response(body, status=status, headers=headers)
 
 
+def _one_version(version_id: str, href: str) -> web.Response:
+    """A service's version document (300 Multiple Choices) naming its one CURRENT version."""
+    doc = {"id": version_id, "status": "CURRENT", "links": [{"rel": "self", "href": href}]}
+    return _json({"versions": [doc]}, 300)
+
+
 def _heat_error(status: int, title: str, message: str) -> web.Response:
     return _json(
         {
@@ -514,18 +520,7 @@ class OpenStackSim:
     # ---- Heat -------------------------------------------------------------------------
 
     async def _heat_versions(self, request: web.Request) -> web.Response:
-        return _json(
-            {
-                "versions": [
-                    {
-                        "id": "v1.0",
-                        "status": "CURRENT",
-                        "links": [{"rel": "self", "href": f"{self.url}/heat-api/v1/"}],
-                    }
-                ]
-            },
-            300,
-        )
+        return _one_version("v1.0", f"{self.url}/heat-api/v1/")
 
     def _stack_url(self, stack: Stack) -> str:
         return f"{self.url}/heat-api/v1/{self.config.project_id}/stacks/{stack.name}/{stack.id}"
@@ -786,18 +781,7 @@ class OpenStackSim:
     # ---- Glance -----------------------------------------------------------------------
 
     async def _image_versions(self, request: web.Request) -> web.Response:
-        return _json(
-            {
-                "versions": [
-                    {
-                        "id": "v2.16",
-                        "status": "CURRENT",
-                        "links": [{"rel": "self", "href": f"{self.url}/image/v2/"}],
-                    }
-                ]
-            },
-            300,
-        )
+        return _one_version("v2.16", f"{self.url}/image/v2/")
 
     async def _images_list(self, request: web.Request) -> web.Response:
         tags = request.query.getall("tag", [])

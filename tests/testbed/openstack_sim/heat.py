@@ -304,12 +304,7 @@ class HeatEngine:
         stack = self._new_stack(name, parse_template(template), _files(files), params or {}, stamp)
         stack.timeout_mins = timeout_mins
         stack.disable_rollback = disable_rollback
-        try:
-            self._converge(stack, stamp)
-        except HeatError as exc:
-            stack.status, stack.status_reason = "CREATE_FAILED", f"Resource CREATE failed: {exc}"
-        else:
-            stack.status, stack.status_reason = "CREATE_COMPLETE", "Stack CREATE completed"
+        self._converge_as("CREATE", stack, stamp)
         return stack
 
     def update_stack(
@@ -329,12 +324,7 @@ class HeatEngine:
         stack.params = {**stack.params, **(params or {})} if existing else dict(params or {})
         stack.updated_time = stamp
         stack.status = "UPDATE_IN_PROGRESS"
-        try:
-            self._converge(stack, stamp)
-        except HeatError as exc:
-            stack.status, stack.status_reason = "UPDATE_FAILED", f"Resource UPDATE failed: {exc}"
-        else:
-            stack.status, stack.status_reason = "UPDATE_COMPLETE", "Stack UPDATE completed"
+        self._converge_as("UPDATE", stack, stamp)
 
     def delete_stack(self, stack: Stack) -> None:
         for rname in reversed(list(stack.resources)):
@@ -417,6 +407,18 @@ class HeatEngine:
         self.stacks[stack.id] = stack
         return stack
 
+    def _converge_as(self, action: str, stack: Stack, stamp: str) -> None:
+        """Converge ``stack`` and set the status Heat shows after ``action`` (CREATE, UPDATE)."""
+        try:
+            self._converge(stack, stamp)
+        except HeatError as exc:
+            stack.status, stack.status_reason = (
+                f"{action}_FAILED",
+                f"Resource {action} failed: {exc}",
+            )
+        else:
+            stack.status, stack.status_reason = f"{action}_COMPLETE", f"Stack {action} completed"
+
     def _converge(self, stack: Stack, stamp: str) -> None:
         """Make the stack's resources match its template (create, update, replace, delete)."""
         defs: dict[str, dict[str, Any]] = {
@@ -483,28 +485,14 @@ class HeatEngine:
         value = stack.params.get(name, (spec or {}).get("default"))
         if isinstance(value, str) and (spec or {}).get("type") == "json":
             value = json.loads(value)
-        for key in path[1:]:
-            if isinstance(value, dict):
-                value = value.get(key)
-            elif isinstance(value, list) and isinstance(key, int) and key < len(value):
-                value = value[key]
-            else:
-                value = None
-        return value
+        return _walk(value, path[1:])
 
     def _get_attr(self, stack: Stack, arg: list[Any]) -> Any:
         res = stack.resources.get(str(arg[0]))
         if res is None:
             raise HeatError(f"get_attr: {arg[0]} is not a resource of {stack.name}")
         value: Any = res.attributes.get(str(arg[1])) if len(arg) > 1 else res.attributes
-        for key in arg[2:]:
-            if isinstance(value, dict):
-                value = value.get(key)
-            elif isinstance(value, list) and isinstance(key, int) and key < len(value):
-                value = value[key]
-            else:
-                value = None
-        return value
+        return _walk(value, arg[2:])
 
     def _create_resource(self, res: Resource, stamp: str, *, in_server_pool: bool) -> None:
         res.status = "CREATE_IN_PROGRESS"
@@ -789,3 +777,16 @@ def _ports_used_by_servers(defs: dict[str, dict[str, Any]]) -> set[str]:
                 if isinstance(net, dict):
                     used.update(_refs(net.get("port")))
     return used
+
+
+def _walk(value: Any, keys: list[Any]) -> Any:
+    """``value[k1][k2]...`` as Heat's get_param and get_attr follow a path: a missing key or
+    index (or a step into a scalar) gives ``None``."""
+    for key in keys:
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and isinstance(key, int) and key < len(value):
+            value = value[key]
+        else:
+            value = None
+    return value
