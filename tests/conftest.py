@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import re
 import socket
 import subprocess
@@ -273,3 +274,40 @@ async def wait_settled(svc: Service, count: int | None = None, timeout: float = 
             ):
                 return events
             await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """Tracing on in this process (the ``otel`` extra), every span kept in memory (the
+    SDK's ``InMemorySpanExporter``); off again after."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from subscriber import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_provider(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.use_provider(None)
+        provider.shutdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_lccn_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run's own ``LCCN_HOME`` (the default store and known_hosts), for the tests and
+    every process they start: nothing writes under the user's ~/.local/share, and no test
+    meets a store another run left there (with a newer schema, say)."""
+    old = os.environ.get("LCCN_HOME")
+    os.environ["LCCN_HOME"] = str(tmp_path_factory.mktemp("lccn-home"))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("LCCN_HOME", None)
+        else:
+            os.environ["LCCN_HOME"] = old

@@ -20,6 +20,7 @@ import aiohttp
 
 from tests import REPO
 from tests.conftest import free_port
+from tests.factories import op_occ
 
 #: Every ``serve`` a test started: any still running when the tests end is stopped, and
 #: named on stderr (a test that leaves one running has a teardown to fix).
@@ -189,6 +190,18 @@ class ServeProcess:
         """The status of the (first) event of ``op_occ_id`` in the SQLite store."""
         rows = self.rows("SELECT status FROM events WHERE vnf_lcm_op_occ_id = ?", op_occ_id)
         return str(rows[0][0]) if rows else None
+
+    async def handle_one(self, timeout: float = 60) -> dict[str, object]:
+        """Once ready, take one STARTING notification and wait until the worker ran its
+        job; returns the notification."""
+        await self.ready()
+        body = op_occ(state="STARTING")
+        async with aiohttp.ClientSession() as http, http.post(self.url, json=body) as resp:
+            assert resp.status == 204
+        async with asyncio.timeout(timeout):
+            while self.status(str(body["vnfLcmOpOccId"])) != "done":
+                await asyncio.sleep(0.05)
+        return body
 
 
 def children(pid: int) -> list[int]:

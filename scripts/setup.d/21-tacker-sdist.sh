@@ -4,8 +4,8 @@
 # The drivers we replace (samples/mgmt_driver/kubernetes/: the v1 class and the v2
 # script sol_v2_kubernetes_vnf_package/contents/Scripts/kubernetes_mgmt_v2.py, with
 # its create_admin_token.yaml) ship only in the sdist, not in the wheel the
-# Tacker venv holds. The `k8s` tier's tests/k8s/test_tacker_driver.py and
-# bench/vs_tacker.py run them unchanged from here (tests/testbed/tacker_driver.py).
+# Tacker venv holds. The `k8s` tier's tests/k8s/test_tacker_driver.py runs them
+# unchanged from here (tests/testbed/tacker_driver.py).
 #
 # Idempotent: a finished download is kept (~19 MB) and checked in well under a
 # second; an interrupted one leaves no file and is redone. Runs after

@@ -13,7 +13,6 @@ pointed at it, so the package's script runs every operation's cluster job inside
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,16 +21,15 @@ from typing import Any
 import pytest
 
 from tests.ssh.conftest import bed as hosts
-from tests.tacker.helpers import ServeProcess
+from tests.tacker.helpers import ServeProcess, hooks_pointed_at, subscribed_serve
 from tests.testbed import tacker_bed as tb
 from tests.testbed import testhosts
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
+from tests.testbed.tacker_api import CallbackRecorder, TackerClient
 
 from .day2 import Loop
 
 __all__ = [
-    "callback_auth",
     "hooked_loop",
     "hosts",
     "reachable",
@@ -97,35 +95,6 @@ def serve_config(bed: tb.BedState, sim: SimProcess, hosts: Any) -> dict[str, Any
     }
 
 
-def callback_auth(proc: ServeProcess) -> str:
-    """What serve's /readyz says of callback authentication."""
-    _, _, body = tb.request("GET", f"http://127.0.0.1:{proc.port}/readyz", timeout=5)
-    return str(body["checks"]["callback_auth"]["detail"]) if isinstance(body, dict) else ""
-
-
-@contextlib.contextmanager
-def subscribed_serve(
-    tacker: TackerClient, tmp_path: Path, config: dict[str, Any]
-) -> Iterator[ServeProcess]:
-    """``lccn-subscriber serve`` as a subprocess, subscribed to the real Tacker (it subscribes
-    itself at start, with generated credentials); at the end stopped and its subscription
-    deleted."""
-    proc = ServeProcess(tmp_path, config=config)
-    proc.start()
-    try:
-        tacker.wait_subscribed(proc.callback_url)
-        wait_for(
-            lambda: callback_auth(proc) == "callback auth on: BASIC (generated)",
-            timeout=10,
-            interval=0.2,
-            what="callback auth on with the generated credentials",
-        )
-        yield proc
-    finally:
-        proc.stop()
-        tacker.unsubscribe_all(proc.callback_url)
-
-
 @pytest.fixture
 def serve_proc(
     bed: tb.BedState, tacker: TackerClient, host_sim: SimProcess, hosts: Any, tmp_path: Path
@@ -152,23 +121,11 @@ def hooked_loop(
         tmp_path, config={**serve_config(bed, host_sim, hosts), "hooks": {"token": TOKEN}}
     )
     proc.start()
-    token_file = tmp_path / "hook-token"
-    token_file.write_text(TOKEN)
-    bed.hook_config.write_text(
-        json.dumps(
-            {
-                "url": f"http://127.0.0.1:{proc.port}/lccn/hooks",
-                "token_file": str(token_file),
-                "timeout": 240,
-                "poll_interval": 0.2,
-            }
-        )
-    )
-    try:
-        with running_loop(Loop(tacker, host_sim, hosts, proc, recorder)) as loop:
-            yield loop
-    finally:
-        bed.hook_config.unlink(missing_ok=True)  # the other tests run without the hook
+    with (
+        hooks_pointed_at(bed, proc, TOKEN, timeout=240, poll_interval=0.2),
+        running_loop(Loop(tacker, host_sim, hosts, proc, recorder)) as loop,
+    ):
+        yield loop
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ import pytest
 from tests.cluster_fakes import host_params
 from tests.k8s.helpers import SCRIPT_ENV
 from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess
+from tests.tacker.helpers import ServeProcess, subscribed_serve
 from tests.testbed import tacker_bed, testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
@@ -111,16 +111,9 @@ def serve(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServeProcess]:
     """``lccn-subscriber serve`` as a subprocess, subscribed to Tacker by itself."""
-    proc = ServeProcess(
-        tmp_path_factory.mktemp("serve-k8s"), serve_config(bed, k8s_sim, loop_hosts)
-    )
-    proc.start()
-    try:
-        tacker.wait_subscribed(proc.callback_url, timeout=60)
-        yield proc
-    finally:
-        proc.stop()
-        tacker.unsubscribe_all(proc.callback_url)
+    config = serve_config(bed, k8s_sim, loop_hosts)
+    with subscribed_serve(tacker, tmp_path_factory.mktemp("serve-k8s"), config, timeout=60) as p:
+        yield p
 
 
 def handled(serve: ServeProcess, occ: str, *, timeout: float = 600.0) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import pytest
 
 from tests.e2e.day2_v1 import V1Loop
 from tests.k8s.full_loop import serve_config
-from tests.tacker.helpers import ServeProcess
+from tests.tacker.helpers import ServeProcess, subscribed_serve
 from tests.testbed import tacker_bed
 from tests.testbed.openstack_sim.control import SimControl
 from tests.testbed.openstack_sim.process import SimProcess
@@ -47,14 +47,9 @@ def v1_serve(
 ) -> Iterator[ServeProcess]:
     config = serve_config(bed, k8s_sim, loop_hosts)
     config["tacker"] = {**config["tacker"], "api_version": "v1"}  # register_vim: v1 default
-    proc = ServeProcess(tmp_path_factory.mktemp("serve-k8s-v1"), config)
-    proc.start()
-    try:
-        v1_tacker.wait_subscribed(proc.callback_url, timeout=60)
+    directory = tmp_path_factory.mktemp("serve-k8s-v1")
+    with subscribed_serve(v1_tacker, directory, config, timeout=60) as proc:
         yield proc
-    finally:
-        proc.stop()
-        v1_tacker.unsubscribe_all(proc.callback_url)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ on the real control plane through Tacker's own Kubernetes infra driver.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from tests.cluster_fakes import host_params
 from tests.k8s.full_loop import K8S_VIM_TYPE, VIM_KEY, serve_config, tacker_k8s
 from tests.k8s.full_loop import terminate_and_delete as remove
 from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess
+from tests.tacker.helpers import ServeProcess, hooks_pointed_at
 from tests.testbed import tacker_bed
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
@@ -53,23 +52,11 @@ def hooked_serve(
         tmp, config={**serve_config(bed, k8s_sim, loop_hosts), "hooks": {"token": TOKEN}}
     )
     proc.start()
-    token_file = tmp / "hook-token"
-    token_file.write_text(TOKEN)
-    bed.hook_config.write_text(
-        json.dumps(
-            {
-                "url": f"http://127.0.0.1:{proc.port}/lccn/hooks",
-                "token_file": str(token_file),
-                "timeout": 900,
-                "poll_interval": 0.5,
-            }
-        )
-    )
     try:
-        tacker.wait_subscribed(proc.callback_url, timeout=60)
-        yield proc
+        with hooks_pointed_at(bed, proc, TOKEN, timeout=900, poll_interval=0.5):
+            tacker.wait_subscribed(proc.callback_url, timeout=60)
+            yield proc
     finally:
-        bed.hook_config.unlink(missing_ok=True)
         proc.stop()
         tacker.unsubscribe_all(proc.callback_url)
 

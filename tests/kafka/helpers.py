@@ -7,18 +7,22 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from subscriber.config import KafkaSettings
+from subscriber.config import DatabaseSettings, HttpSettings, KafkaSettings, Settings
+from subscriber.service import Service
+from tests.conftest import free_port
 from tests.testbed.records import notification, transitions
 
 __all__ = [
     "create_topic",
     "delete_topic",
     "fast_settings",
+    "kafka_worker",
     "notification",
     "produce",
     "transitions",
@@ -115,3 +119,14 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def kafka_worker(kafka: KafkaSettings, directory: Path) -> Service:
+    """A service (not started) that consumes ``kafka`` into a SQLite store in ``directory``."""
+    return Service(
+        Settings(
+            http=HttpSettings(host="127.0.0.1", port=free_port()),
+            database=DatabaseSettings(url=f"sqlite+aiosqlite:///{directory / 'lccn.db'}"),
+            kafka=kafka,
+        )
+    )

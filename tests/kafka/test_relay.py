@@ -16,16 +16,21 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from subscriber.config import (
-    DatabaseSettings,
     HttpSettings,
     KafkaSettings,
     RelaySettings,
     Settings,
 )
 from subscriber.relay import Relay
-from subscriber.service import Service
 from tests.conftest import Started, free_port, metric
-from tests.kafka.helpers import create_topic, fast_settings, notification, uid, wait_until
+from tests.kafka.helpers import (
+    create_topic,
+    fast_settings,
+    kafka_worker,
+    notification,
+    uid,
+    wait_until,
+)
 from tests.testbed import kafka_broker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio]
@@ -204,13 +209,7 @@ async def test_workers_store_what_the_relay_produced_with_its_api_version(
     await create_topic(broker.bootstrap, topic, partitions=3)
     kafka = fast_settings(broker.bootstrap, topic, group)
     relay = await start_relay(relay_settings(kafka))
-    worker = Service(
-        Settings(
-            http=HttpSettings(host="127.0.0.1", port=free_port()),
-            database=DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"),
-            kafka=kafka,
-        )
-    )
+    worker = kafka_worker(kafka, tmp_path)
     await worker.start()
     try:
         v1 = notification(uid("vnf"), uid("occ"), "COMPLETED", "RESULT")

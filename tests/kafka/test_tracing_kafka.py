@@ -3,25 +3,19 @@ traceparent stored with the record's event; a resent copy adds no trace."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from subscriber import tracing
-from subscriber.config import DatabaseSettings, HttpSettings, Settings
 from subscriber.ingest.kafka import KafkaSource
-from subscriber.service import Service
 from subscriber.store import Store
-from tests.conftest import free_port
 from tests.kafka.helpers import (
     create_topic,
     fast_settings,
+    kafka_worker,
     notification,
     produce,
     transitions,
@@ -32,19 +26,6 @@ from tests.kafka.test_relay import ready_to_produce, relay_settings, start_relay
 
 pytestmark = [pytest.mark.kafka]
 __all__ = ["start_relay"]  # the relay tests' fixture, used here too
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_provider(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use_provider(None)
-        provider.shutdown()
 
 
 async def test_each_record_opens_the_trace_its_event_stores(
@@ -86,13 +67,7 @@ async def test_a_relayed_notification_continues_the_relays_trace(
     await create_topic(broker.bootstrap, topic, 1)
     kafka = fast_settings(broker.bootstrap, topic, group)
     relay = await start_relay(relay_settings(kafka))
-    worker = Service(
-        Settings(
-            http=HttpSettings(host="127.0.0.1", port=free_port()),
-            database=DatabaseSettings(url=f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"),
-            kafka=kafka,
-        )
-    )
+    worker = kafka_worker(kafka, tmp_path)
     await worker.start()
     try:
         body = notification(uid("vnf"), uid("occ"), "STARTING", "START")

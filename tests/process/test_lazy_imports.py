@@ -13,18 +13,14 @@ That they still work when used is the business of the ``ssh``, ``tacker`` and
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import aiohttp
-
 from subscriber.store.migrate import HEAD_REVISION
 from tests import REPO
-from tests.factories import op_occ
 from tests.programs import ServeProcess, cli, program_env
 
 # Module names; a submodule counts as its package.
@@ -98,13 +94,7 @@ async def test_serve_migrates_a_new_store_and_its_processes_load_none_of_them(
     ``db upgrade`` child that migrates the store runs without it)."""
     serve = ServeProcess(tmp_path, python=("-X", "importtime"), clean=True).start()
     try:
-        await serve.ready()
-        body = op_occ(state="STARTING")
-        async with aiohttp.ClientSession() as http, http.post(serve.url, json=body) as resp:
-            assert resp.status == 204
-        async with asyncio.timeout(60):
-            while serve.status(str(body["vnfLcmOpOccId"])) != "done":  # the worker ran its job
-                await asyncio.sleep(0.05)
+        await serve.handle_one()
     finally:
         assert serve.proc is not None
         serve.proc.send_signal(signal.SIGTERM)

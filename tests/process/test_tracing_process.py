@@ -12,12 +12,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.factories import op_occ
 from tests.loopback import listen
 from tests.programs import ServeProcess, cli
 
@@ -73,13 +71,7 @@ async def test_the_worker_continues_the_trace_ingest_stored(
     }
     serve = ServeProcess(tmp_path, env=env).start()
     try:
-        await serve.ready()
-        body = op_occ(state="STARTING")
-        async with aiohttp.ClientSession() as http, http.post(serve.url, json=body) as resp:
-            assert resp.status == 204
-        async with asyncio.timeout(60):
-            while serve.status(str(body["vnfLcmOpOccId"])) != "done":
-                await asyncio.sleep(0.05)
+        await serve.handle_one()
     finally:
         assert serve.proc is not None
         serve.proc.send_signal(signal.SIGTERM)

@@ -5,9 +5,10 @@ real Tacker, and additionalParams as Tacker keeps them. Driving Tacker itself is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,15 @@ import yaml
 
 from tests import REPO, programs
 from tests.testbed import tacker_bed
-from tests.testbed.tacker_api import wait_for
+from tests.testbed.tacker_api import TackerClient, wait_for
 
-__all__ = ["ServeProcess", "k8s_params"]
+__all__ = [
+    "ServeProcess",
+    "callback_auth",
+    "hooks_pointed_at",
+    "k8s_params",
+    "subscribed_serve",
+]
 
 
 def k8s_params(flavour: str) -> dict[str, Any]:
@@ -118,3 +125,62 @@ class ServeProcess(programs.ServeProcess):
     def event(self, event_id: int) -> dict[str, Any]:
         """``lccn-subscriber events show ID``: the event with its jobs and their steps."""
         return json.loads(self.cli("events", "show", str(event_id)).stdout)  # type: ignore[no-any-return]
+
+
+def callback_auth(proc: ServeProcess) -> str:
+    """What serve's /readyz says of callback authentication."""
+    _, _, body = tacker_bed.request("GET", f"http://127.0.0.1:{proc.port}/readyz", timeout=5)
+    return str(body["checks"]["callback_auth"]["detail"]) if isinstance(body, dict) else ""
+
+
+@contextlib.contextmanager
+def subscribed_serve(
+    tacker: TackerClient, tmp_path: Path, config: dict[str, Any], *, timeout: float = 30.0
+) -> Iterator[ServeProcess]:
+    """``lccn-subscriber serve`` as a subprocess, subscribed to the real Tacker (it subscribes
+    itself at start, with generated credentials); at the end stopped and its subscription
+    deleted."""
+    proc = ServeProcess(tmp_path, config=config)
+    proc.start()
+    try:
+        tacker.wait_subscribed(proc.callback_url, timeout=timeout)
+        wait_for(
+            lambda: callback_auth(proc) == "callback auth on: BASIC (generated)",
+            timeout=10,
+            interval=0.2,
+            what="callback auth on with the generated credentials",
+        )
+        yield proc
+    finally:
+        proc.stop()
+        tacker.unsubscribe_all(proc.callback_url)
+
+
+@contextlib.contextmanager
+def hooks_pointed_at(
+    bed: tacker_bed.BedState,
+    proc: ServeProcess,
+    token: str,
+    *,
+    timeout: float,
+    poll_interval: float,
+) -> Iterator[None]:
+    """Tacker's conductor's hook scripts pointed at ``proc`` (its hook token in a file of
+    ``proc``'s directory); at the end the conductor's hook configuration is gone again, so
+    that other tests run without the hooks."""
+    token_file = proc.tmp / "hook-token"
+    token_file.write_text(token)
+    bed.hook_config.write_text(
+        json.dumps(
+            {
+                "url": f"http://127.0.0.1:{proc.port}/lccn/hooks",
+                "token_file": str(token_file),
+                "timeout": timeout,
+                "poll_interval": poll_interval,
+            }
+        )
+    )
+    try:
+        yield
+    finally:
+        bed.hook_config.unlink(missing_ok=True)

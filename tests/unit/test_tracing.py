@@ -7,13 +7,12 @@ real client against the scripted Tacker); the SDK's in-memory exporter records t
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 
@@ -32,20 +31,6 @@ from tests.unit.scripted_tacker import ScriptedTacker
 TOKEN = "abcdef.0123456789abcdef"
 PASSWORD = "node-pw-Xq7!secret"
 CA_HASH = "sha256:" + "c0ffee" * 10
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Tracing on in this process, every span kept in memory; off again after."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_provider(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use_provider(None)
-        provider.shutdown()
 
 
 class _JoinHandler:
@@ -70,6 +55,15 @@ class _JoinHandler:
 
 def _by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
     return [s for s in finished if s.name == name]
+
+
+async def _job_ended(spans: InMemorySpanExporter) -> tuple[ReadableSpan, ...]:
+    """The finished spans once the job's span has ended (it ends just after the event's
+    status is stored, which is what ``wait_settled`` sees)."""
+    async with asyncio.timeout(10):
+        while not _by_name(spans.get_finished_spans(), "job"):
+            await asyncio.sleep(0.01)
+    return spans.get_finished_spans()
 
 
 def _parent_id(span: ReadableSpan) -> int | None:
@@ -105,7 +99,7 @@ async def test_a_job_is_one_trace_from_ingest_to_its_commands_without_secrets(
     assert event.status == "done", event.status_detail
     assert len(ssh.calls) == 2  # the commands really ran, with their secrets
 
-    finished = spans.get_finished_spans()
+    finished = await _job_ended(spans)
     (ingest,) = _by_name(finished, "ingest")
     (job,) = _by_name(finished, "job")
     steps = {s.attributes["lccn.step"]: s for s in _by_name(finished, "step") if s.attributes}
@@ -164,7 +158,7 @@ async def test_a_failed_step_marks_its_spans_by_error_class_only(
         assert resp.status == 204
     (event,) = await wait_settled(svc, 1)
     assert event.status == "failed"
-    finished = spans.get_finished_spans()
+    finished = await _job_ended(spans)
     (step,) = _by_name(finished, "step")
     (job,) = _by_name(finished, "job")
     assert step.status.description == "CommandFailed"
