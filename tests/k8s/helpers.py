@@ -43,17 +43,7 @@ __all__ = [
 
 SCRIPTS = REPO / "handlers" / "toolkit" / "node"  # node-side files
 SCRIPT = "/tmp/install_k8s_cluster.sh"
-# What install_k8s_cluster.sh needs on these hosts, through its environment (the
-# handlers pass the same through ClusterSettings.script_env): the tools are there
-# (no apt, no CNI), the version is the one built, and kubeadm's preflight (swap,
-# container runtime, images, kernel modules ...) cannot pass without a VM.
-SCRIPT_ENV = {
-    "K8S_SKIP_PHASES": "packages,cni",
-    "K8S_VERSION": testhosts.K8S_VERSION,
-    # The image pull that ends preflight needs a container runtime even when every
-    # check's error is ignored: skip the phase (checks and pull) altogether.
-    "K8S_KUBEADM_EXTRA": "--ignore-preflight-errors=all --skip-phases=preflight",
-}
+SCRIPT_ENV = testhosts.SCRIPT_ENV
 T = TypeVar("T")
 
 

@@ -38,7 +38,7 @@ install script, this is what had to be prepared, and why:
     ``/etc/hosts`` names them, so sudo resolves its own host.
   - **The install script's environment.** The driver builds its own command line, so
     what ours needs on these hosts (``K8S_SKIP_PHASES=packages,cni``, the built
-    version, kubeadm's preflight skipped: see ``tests/k8s/helpers.SCRIPT_ENV``) comes
+    version, kubeadm's preflight skipped: see ``testhosts.SCRIPT_ENV``) comes
     from ``SetEnv`` in a ``Match User`` block of each host's sshd configuration
     (reloaded with SIGHUP), with a ``PATH`` that puts two small tools first:
   - **``kubectl`` before the install.** The driver's first command on the master is
@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.testbed import tacker_bed, testhosts
+from tests.testbed.cluster_vnf import k8s_params
 from tests.testbed.testhosts import TestBed, TestHost
 
 __all__ = [
@@ -89,13 +90,6 @@ ADMIN_TOKEN = "create_admin_token.yaml"
 PACKAGE = "kubernetes_cluster"
 DEFINITIONS = tacker_bed.SCRIPTS / "vnf_package" / PACKAGE / "Definitions"
 FLAVOURS = ("simple", "complex")
-MASTER_CP, WORKER_CP, VIP_CP = "masterNode_CP1", "workerNode_CP2", "vip_CP"
-# What our install script needs on these hosts (tests/k8s/helpers.SCRIPT_ENV).
-SCRIPT_ENV = {
-    "K8S_SKIP_PHASES": "packages,cni",
-    "K8S_VERSION": testhosts.K8S_VERSION,
-    "K8S_KUBEADM_EXTRA": "--ignore-preflight-errors=all --skip-phases=preflight",
-}
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _VNF_INTERFACES = """\
@@ -205,27 +199,7 @@ def driver_params(bed: TestBed, *, ha: bool = False) -> dict[str, Any]:
     """additionalParams for the script: the v2 guide's shape, the test user's password on
     every node, our install script as ``script_path``."""
     assert bed.user is not None and bed.password is not None, "the hosts need password login"
-    login = {"username": bed.user, "password": bed.password}
-    return {
-        "k8s_cluster_installation_param": {
-            "script_path": "Scripts/install_k8s_cluster.sh",
-            "master_node": {
-                "vdu_id": "masterNode",
-                "ssh_cp_name": MASTER_CP,
-                "nic_cp_name": MASTER_CP,
-                "cluster_cp_name": VIP_CP if ha else MASTER_CP,
-                "pod_cidr": "10.200.0.0/16",
-                "cluster_cidr": "10.199.187.0/24",
-                **login,
-            },
-            "worker_node": {
-                "vdu_id": "workerNode",
-                "ssh_cp_name": WORKER_CP,
-                "nic_cp_name": WORKER_CP,
-                **login,
-            },
-        }
-    }
+    return k8s_params(master_user=bed.user, worker_user=bed.user, password=bed.password, ha=ha)
 
 
 def node_name(role: str, host: TestHost) -> str:
@@ -277,7 +251,7 @@ def _reload_sshd(host: TestHost) -> None:
 
 def _setenv_block(bed: TestBed, bin_dir: Path) -> str:
     assert bed.user is not None
-    pairs = {"PATH": f"{bin_dir}:{SYSTEM_PATH}", **SCRIPT_ENV}
+    pairs = {"PATH": f"{bin_dir}:{SYSTEM_PATH}", **testhosts.SCRIPT_ENV}
     values = " ".join(f'"{key}={value}"' for key, value in pairs.items())
     return f"\n# tacker_driver.prepared_hosts\nMatch User {bed.user}\n    SetEnv {values}\n"
 

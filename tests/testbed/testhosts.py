@@ -99,6 +99,17 @@ EXPORTFS = HERE / "exportfs_ganesha.py"  # exportfs backed by NFS-Ganesha (the s
 KUBELET_STANDIN = HERE / "kubelet_standin.py"
 SYSTEMCTL_SHIM = HERE / "systemctl_shim.sh"
 K8S_VERSION = "1.20.2"
+# What install_k8s_cluster.sh needs on these hosts, through its environment (the
+# handlers pass the same through ClusterSettings.script_env): the tools are there
+# (no apt, no CNI), the version is the one built, and kubeadm's preflight (swap,
+# container runtime, images, kernel modules ...) cannot pass without a VM.
+SCRIPT_ENV = {
+    "K8S_SKIP_PHASES": "packages,cni",
+    "K8S_VERSION": K8S_VERSION,
+    # The image pull that ends preflight needs a container runtime even when every
+    # check's error is ignored: skip the phase (checks and pull) altogether.
+    "K8S_KUBEADM_EXTRA": "--ignore-preflight-errors=all --skip-phases=preflight",
+}
 K8S_TOOLS = ("kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 # What the real mode's hosts run, in stop order: the API server before etcd.
 K8S_PROCESSES = (
