@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 
@@ -41,7 +42,20 @@ print(json.dumps({"id": secret_id, "payload": payload.decode(), "gone": gone}))
 """
 
 
-def test_tackers_key_manager_stores_reads_and_deletes_a_key(sim: SimProcess) -> None:
+@pytest.fixture
+def own_sim() -> Iterator[SimProcess]:
+    """A simulator of the test's own: the tier's shared one holds that no call of the session
+    failed, and this test's last read is a 404 on purpose."""
+    proc = SimProcess()
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_tackers_key_manager_stores_reads_and_deletes_a_key(own_sim: SimProcess) -> None:
+    sim = own_sim
     c = sim.config
     key = "Zm9vYmFyLWZlcm5ldC1rZXktZm9yLWEtdmlt"
     out = subprocess.run(
