@@ -100,8 +100,8 @@ def lccn_status(loop: V1Loop, operation: str) -> dict[str, Any]:
 def our_echoes(loop: V1Loop, count: int | None = None) -> bool:
     """Every MODIFY_INFO of the instance (``count`` of them) is ours: its PROCESSING and
     COMPLETED are stored as our echo."""
-    occs = modify_occs(loop.serve, loop.inst)
     rows = modify_rows(loop)
+    occs = {r[0] for r in rows}
     return (
         (count is None or len(occs) == count)
         and {r[2] for r in rows} == {"echo"}
@@ -125,17 +125,6 @@ def modify_rows(loop: V1Loop) -> list[tuple[Any, ...]]:
             "SELECT vnf_lcm_op_occ_id, operation_state, status FROM events"
             " WHERE vnf_instance_id = ? AND operation = 'MODIFY_INFO' ORDER BY id",
             loop.inst,
-        )
-    ]
-
-
-def modify_occs(serve: ServeProcess, inst: str) -> list[str]:
-    return [
-        str(r[0])
-        for r in serve.rows(
-            "SELECT DISTINCT vnf_lcm_op_occ_id FROM events"
-            " WHERE vnf_instance_id = ? AND operation = 'MODIFY_INFO'",
-            inst,
         )
     ]
 
