@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import pytest
 
@@ -31,7 +31,7 @@ from schemas.notifications import VnfLcmOperationOccurrenceNotification
 from subscriber.config import ClusterSettings, SshSettings
 from subscriber.errors import SkipStep
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
-from subscriber.kernel.ports import CommandResult, SshExecutor, SshTarget
+from subscriber.kernel.ports import CommandResult, RunOptions, SshExecutor, SshTarget
 from subscriber.kernel.results import result_json
 from subscriber.service import Service
 from tests.conftest import make_settings
@@ -165,19 +165,13 @@ class FakeSsh:
         return self.files[(host, path)].decode()
 
     async def run(
-        self,
-        target: SshTarget,
-        command: str,
-        *,
-        command_timeout: float | None = None,
-        sudo: bool = False,
-        input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        secrets: Sequence[str] = (),
+        self, target: SshTarget, command: str, **options: Unpack[RunOptions]
     ) -> CommandResult:
-        text = input.decode() if isinstance(input, bytes) else (input or "")
-        call = Call(target.host, command, target.username, text, dict(env or {}), tuple(secrets))
-        self.calls.append(replace(call, sudo=sudo))
+        given = options.get("input")
+        text = given.decode() if isinstance(given, bytes) else (given or "")
+        env, secrets = options.get("env") or {}, tuple(options.get("secrets", ()))
+        call = Call(target.host, command, target.username, text, dict(env), secrets)
+        self.calls.append(replace(call, sudo=options.get("sudo", False)))
         answer = self._scripted(call)
         if answer is None:
             answer = self._write(call) or Reply()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol, runtime_checkable
+from typing import IO, Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 from pydantic import SecretStr
 
@@ -29,6 +29,7 @@ __all__ = [
     "KubernetesAccess",
     "OpenStackLookups",
     "PortAddresses",
+    "RunOptions",
     "ServerPlacement",
     "SshExecutor",
     "SshTarget",
@@ -264,20 +265,26 @@ class CommandResult:
         raise CommandFailed(message, host=self.host, step=step, result=self)
 
 
+class RunOptions(TypedDict, total=False):
+    """The keyword options of :meth:`SshExecutor.run`, documented at ``AsyncSsh.run``.
+
+    Wrappers and fakes take them as ``**options: Unpack[RunOptions]`` and pass them
+    on whole, so the option list is written once beside the real executor's.
+    """
+
+    command_timeout: float | None
+    sudo: bool
+    input: str | bytes | None
+    env: Mapping[str, str] | None
+    secrets: Sequence[str]
+
+
 @runtime_checkable
 class SshExecutor(Protocol):
     """What handlers need from SSH (the seam for in-memory fakes)."""
 
     async def run(
-        self,
-        target: SshTarget,
-        command: str,
-        *,
-        command_timeout: float | None = None,
-        sudo: bool = False,
-        input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        secrets: Sequence[str] = (),
+        self, target: SshTarget, command: str, **options: Unpack[RunOptions]
     ) -> CommandResult: ...
 
     async def upload(

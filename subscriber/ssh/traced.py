@@ -8,11 +8,11 @@ tokens and passwords (``kubeadm join --token ...``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Unpack
 
 from subscriber import tracing
-from subscriber.kernel.ports import CommandResult, SshExecutor, SshTarget
+from subscriber.kernel.ports import CommandResult, RunOptions, SshExecutor, SshTarget
 
 __all__ = ["TracedSsh"]
 
@@ -27,27 +27,11 @@ class TracedSsh:
         return f"TracedSsh({self.inner!r})"
 
     async def run(
-        self,
-        target: SshTarget,
-        command: str,
-        *,
-        command_timeout: float | None = None,
-        sudo: bool = False,
-        input: str | bytes | None = None,
-        env: Mapping[str, str] | None = None,
-        secrets: Sequence[str] = (),
+        self, target: SshTarget, command: str, **options: Unpack[RunOptions]
     ) -> CommandResult:
         attrs = {"net.peer.name": target.host, "lccn.command": tracing.command_name(command)}
         with tracing.span("ssh", attrs) as span:
-            result = await self.inner.run(
-                target,
-                command,
-                command_timeout=command_timeout,
-                sudo=sudo,
-                input=input,
-                env=env,
-                secrets=secrets,
-            )
+            result = await self.inner.run(target, command, **options)
             span.set("lccn.exit_status", result.exit_status)
             return result
 
