@@ -31,7 +31,7 @@ from schemas.notifications import VnfLcmOperationOccurrenceNotification
 from subscriber.config import ClusterSettings, SshSettings
 from subscriber.errors import SkipStep
 from subscriber.kernel import JobContext, Plan, PlanItem, Services, Step
-from subscriber.kernel.ports import CommandResult, RunOptions, SshExecutor, SshTarget
+from subscriber.kernel.ports import CommandResult, RunOptions, SshExecutor, SshTarget, UploadOptions
 from subscriber.kernel.results import result_json
 from subscriber.service import Service
 from tests.conftest import make_settings
@@ -195,9 +195,7 @@ class FakeSsh:
         target: SshTarget,
         source: bytes | str | Path,
         remote_path: str,
-        *,
-        mode: int = 0o644,
-        upload_timeout: float | None = None,
+        **options: Unpack[UploadOptions],
     ) -> None:
         assert self._uploads, f"no upload expected, got {remote_path}"
         self.calls.append(Call(target.host, f"upload {remote_path}", target.username))

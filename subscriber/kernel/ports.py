@@ -34,6 +34,7 @@ __all__ = [
     "SshExecutor",
     "SshTarget",
     "TackerApi",
+    "UploadOptions",
 ]
 
 ApiVersion = Literal["v1", "v2"]
@@ -269,7 +270,8 @@ class RunOptions(TypedDict, total=False):
     """The keyword options of :meth:`SshExecutor.run`, documented at ``AsyncSsh.run``.
 
     Wrappers and fakes take them as ``**options: Unpack[RunOptions]`` and pass them
-    on whole, so the option list is written once beside the real executor's.
+    on whole, so the option list is written once beside the real executor's
+    (likewise :class:`UploadOptions`).
     """
 
     command_timeout: float | None
@@ -277,6 +279,13 @@ class RunOptions(TypedDict, total=False):
     input: str | bytes | None
     env: Mapping[str, str] | None
     secrets: Sequence[str]
+
+
+class UploadOptions(TypedDict, total=False):
+    """The keyword options of :meth:`SshExecutor.upload`, documented at ``AsyncSsh.upload``."""
+
+    mode: int
+    upload_timeout: float | None
 
 
 @runtime_checkable
@@ -292,9 +301,7 @@ class SshExecutor(Protocol):
         target: SshTarget,
         source: bytes | str | Path,
         remote_path: str,
-        *,
-        mode: int = 0o644,
-        upload_timeout: float | None = None,
+        **options: Unpack[UploadOptions],
     ) -> None: ...
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Unpack
 
 from subscriber import tracing
-from subscriber.kernel.ports import CommandResult, RunOptions, SshExecutor, SshTarget
+from subscriber.kernel.ports import CommandResult, RunOptions, SshExecutor, SshTarget, UploadOptions
 
 __all__ = ["TracedSsh"]
 
@@ -40,12 +40,8 @@ class TracedSsh:
         target: SshTarget,
         source: bytes | str | Path,
         remote_path: str,
-        *,
-        mode: int = 0o644,
-        upload_timeout: float | None = None,
+        **options: Unpack[UploadOptions],
     ) -> None:
         attrs = {"net.peer.name": target.host, "lccn.command": "upload"}
         with tracing.span("ssh", attrs):
-            await self.inner.upload(
-                target, source, remote_path, mode=mode, upload_timeout=upload_timeout
-            )
+            await self.inner.upload(target, source, remote_path, **options)

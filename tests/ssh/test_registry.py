@@ -16,7 +16,7 @@ import stat
 import subprocess
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import pytest
 
@@ -26,7 +26,7 @@ from handlers.toolkit.topology import discover
 from schemas.cluster_params import parse_cluster_params
 from subscriber.config import ClusterSettings, SshSettings
 from subscriber.errors import PermanentStepError
-from subscriber.kernel.ports import CommandResult, SshTarget
+from subscriber.kernel.ports import CommandResult, RunOptions, SshTarget, UploadOptions
 from subscriber.ssh import SshPool
 from tests.cluster_fakes import add_worker, cluster_vnf, k8s_params, lcm_op_occ, rebuild_vnfc
 from tests.conftest import rerun
@@ -58,14 +58,16 @@ class RecordingPool:
         self.commands: list[str] = []
 
     async def run(
-        self, target: SshTarget, command: str, **kwargs: Any
-    ) -> CommandResult:  # the SshExecutor protocol
+        self, target: SshTarget, command: str, **options: Unpack[RunOptions]
+    ) -> CommandResult:
         self.commands.append(command)
-        return await self.pool.run(target, command, **kwargs)
+        return await self.pool.run(target, command, **options)
 
-    async def upload(self, target: SshTarget, source: Any, remote_path: str, **kwargs: Any) -> None:
+    async def upload(
+        self, target: SshTarget, source: Any, remote_path: str, **options: Unpack[UploadOptions]
+    ) -> None:
         self.commands.append(f"upload {remote_path}")
-        await self.pool.upload(target, source, remote_path, **kwargs)
+        await self.pool.upload(target, source, remote_path, **options)
 
 
 @pytest.fixture
