@@ -50,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.testbed.openstack_sim.process import SimProcess
+
 TACKER_VERSION = "16.0.0"
 # The sample VNF package and its builder are user-facing: they stay in scripts/.
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -347,33 +349,18 @@ project_domain_name = {sim.domain}
     return path
 
 
-def _start_key_manager(state: BedState, timeout: float = 30.0) -> None:
+def _start_key_manager(state: BedState) -> None:
     """The bed's Keystone and Barbican: a simulator in a session of its own (stop() ends
     it with Tacker's processes); returns once it listens."""
-    out_path = Path(state.workdir) / "logs" / "openstack-sim.out"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with out_path.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.testbed.openstack_sim"],
-            cwd=_REPO,
-            env={**os.environ, "PYTHONPATH": str(_REPO)},
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    _CHILDREN[proc.pid] = proc
-    state.pids["openstack-sim"] = proc.pid
-    deadline = time.monotonic() + timeout
-    while True:
-        text = out_path.read_text(errors="replace")
-        if "\n" in text and text.startswith("{"):
-            info = json.loads(text.splitlines()[0])
-            state.keystone_url, state.sim_url = info["auth_url"], info["url"]
-            return
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise BedError(f"the bed's simulated Keystone/Barbican did not start:\n{text[-2000:]}")
-        time.sleep(0.05)
+    sim = SimProcess()
+    try:
+        sim.start(log=Path(state.workdir) / "logs" / "openstack-sim.out", new_session=True)
+    except RuntimeError as exc:
+        raise BedError(f"the bed's simulated Keystone/Barbican did not start: {exc}") from exc
+    assert sim.proc is not None
+    _CHILDREN[sim.proc.pid] = sim.proc
+    state.pids["openstack-sim"] = sim.proc.pid
+    state.keystone_url, state.sim_url = sim.auth_url, sim.url
 
 
 _READY_LOGGER = "oslo.service.backend._threading.loopingcall"
@@ -546,7 +533,7 @@ def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> Be
         raise
 
 
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+_CHILDREN: dict[int, subprocess.Popen[Any]] = {}
 
 
 def _pid_running(pid: int) -> bool:

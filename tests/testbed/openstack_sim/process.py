@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,19 @@ class SimProcess:
             vip_pool=vip_pool or defaults.vip_pool,
             loop_volumes=loop_volumes,
         )
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[Any] | None = None
         self.url = ""
         self.auth_url = ""
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Start and wait for its "listening" line. Raises RuntimeError if started or it dies."""
+    def start(
+        self, timeout: float = 30.0, *, log: Path | None = None, new_session: bool = False
+    ) -> None:
+        """Start and wait for its "listening" line. Raises RuntimeError if started or it dies.
+
+        ``log``: its output goes to this file (read for the listening line) instead of a
+        pipe, for a simulator that outlives this object's reader (the Tacker bed's).
+        ``new_session``: a session of its own, so a signal to the caller's group misses it.
+        """
         if self.proc is not None:
             raise RuntimeError("SimProcess already started")
         cmd = [
@@ -57,21 +65,49 @@ class SimProcess:
             self.config.vip_pool,
             *(["--loop-volumes"] if self.config.loop_volumes else []),
         ]
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=_REPO,
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(_REPO)},
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()  # blocks until it listens (or dies: "")
+        env = {**os.environ, "PYTHONPATH": str(_REPO)}
+        if log is None:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=_REPO,
+                stdout=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+                start_new_session=new_session,
+            )
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline()  # blocks until it listens (or dies: "")
+        else:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("wb") as out:
+                self.proc = subprocess.Popen(
+                    cmd,
+                    cwd=_REPO,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=new_session,
+                )
+            line = self._first_line(log, timeout)
         if not line:
+            output = log.read_text(errors="replace")[-2000:] if log is not None else ""
             self.stop()
-            raise RuntimeError("the simulated OpenStack exited during start-up")
+            raise RuntimeError(f"the simulated OpenStack exited during start-up {output}".rstrip())
         info = json.loads(line)
         self.url, self.auth_url = info["url"], info["auth_url"]
+
+    def _first_line(self, log: Path, timeout: float) -> str:
+        """The log's first line once written; "" if the process ends or time runs out."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            text = log.read_text(errors="replace")
+            if "\n" in text and text.startswith("{"):
+                return text.splitlines()[0]
+            time.sleep(0.05)
+        return ""
 
     @property
     def control(self) -> SimControl:
