@@ -5,7 +5,7 @@ back into the VNF instance, and a client reaches the cluster through what Tacker
 
     bash scripts/test.sh        # once, the README's test command: installs the parts
     sudo .venv/bin/python scripts/demo.py [--flavour simple|complex] [--scale] [--heal]
-                                             [--keep] [--no-hooks]
+                                             [--keep] [--no-hooks] [--api v1|v2]
 
 What is real and what is simulated (the tests' beds, see docs/contributing.md):
 
@@ -32,6 +32,15 @@ read through it; with ``--scale``, SCALE_OUT by one worker and the nodes again; 
 rebuilds the server on the same port, ``serve`` deletes the old Node and the rebuilt VM
 joins again (a younger node of the same name); TERMINATE, and ``serve`` forgets the
 cluster. ``--keep`` waits for Ctrl-C before stopping everything.
+
+``--api v1`` drives Tacker's VNF LCM v1 API instead, as seed 000's user does: the v1
+package (BaseHOT, LCM operation user data), an OpenStack VIM registered first, the
+seed's parameters (``aspect_id``), and ``serve`` reading the instance through v1. There
+are no management-driver scripts in v1, so no hooks: ``serve`` acts on COMPLETED. With
+the real Kubernetes, ``serve`` registers the cluster as Tacker's Kubernetes VIM; the demo
+shows the instance's entry as seed 000 shows it (the VIM and its URL), the VIM's regions
+(the cluster's namespaces, which Tacker read from the API server with the token), and the
+nodes on the master; TERMINATE deletes the VIM.
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.testbed import tacker_bed, testhosts  # noqa: E402
-from tests.testbed.cluster_vnf import k8s_params  # noqa: E402
+from tests.testbed.cluster_vnf import k8s_params, v1_params  # noqa: E402
 from tests.testbed.openstack_sim.process import SimProcess  # noqa: E402
 from tests.testbed.tacker_api import (  # noqa: E402
     CallbackRecorder,
@@ -64,9 +73,15 @@ from tests.testbed.tacker_api import (  # noqa: E402
     unique_name,
     wait_for,
 )
+from tests.testbed.tacker_v1 import (  # noqa: E402
+    V1Tacker,
+    v1_ext_virtual_links,
+    v1_vim_connection_info,
+)
 
 NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
 K8S_VIM = "ETSINFV.KUBERNETES.V_1"
+SCALE_ASPECT = {"v1": "worker_instance", "v2": "workerNode_scale"}  # the packages' aspects
 OPEN = ("pending", "running", "retry")  # an event whose job is yet to settle
 # What install_k8s_cluster.sh needs on these hosts (no apt, no CNI, no kubeadm preflight:
 # there is no VM kernel or container runtime to check); on real VMs none of it is set.
@@ -328,6 +343,54 @@ def k8s_entry(recorder: CallbackRecorder, inst: str, since: int) -> dict[str, An
     raise DemoError("Tacker reported no vimConnectionInfo change from serve")
 
 
+def kubernetes_vims(tacker_url: str) -> dict[str, dict[str, Any]]:
+    """Tacker's Kubernetes VIMs by name (``GET /v1.0/vims``)."""
+    status, _, body = tacker_bed.request("GET", f"{tacker_url}/v1.0/vims")
+    if status != 200:
+        raise DemoError(f"GET /v1.0/vims answered {status}")
+    return {v["name"]: v for v in body["vims"] if v["type"] == "kubernetes"}
+
+
+def show_v1_entry(tacker: TackerClient, inst: str) -> None:
+    """The instance's Kubernetes entry as seed 000's ``vnflcm show`` has it, and its VIM:
+    Tacker's VIM driver read the regions (the cluster's namespaces) from the API server."""
+    entries = [
+        e for e in tacker.show(inst).get("vimConnectionInfo") or () if e["vimType"] == "kubernetes"
+    ]
+    if not entries:
+        raise DemoError("serve wrote no Kubernetes entry into the instance")
+    entry = entries[-1]
+    say(f"    vimType      {entry['vimType']}")
+    say(f"    vimId        {entry.get('vimId')}")
+    say(f"    authUrl      {(entry.get('accessInfo') or {}).get('authUrl')}")
+    vim = next(
+        (v for v in kubernetes_vims(tacker.url).values() if v["id"] == entry.get("vimId")), None
+    )
+    if vim is None:  # tacker.register_vim off (the stand-in tools have no API server)
+        say("    (no VIM registered: with the stand-in tools Tacker could not reach one)")
+        return
+    regions = ", ".join(sorted(vim["placement_attr"]["regions"]))
+    key = vim["auth_cred"].get("key_type")
+    say(f"\n  Tacker's Kubernetes VIM {vim['name']}: {vim['status']} (token key: {key})")
+    say(f"    regions (the cluster's namespaces, read by Tacker with the token): {regions}")
+
+
+def nodes_on_master(hosts: Any, kubernetes: str) -> None:
+    """``kubectl get nodes`` with the first master's admin.conf, from its network (a v1
+    instance's entry names a VIM, whose token Tacker keeps encrypted)."""
+    if kubernetes != "real":
+        say("    (stand-in tools: there is no API server to ask; --kubernetes real has one)")
+        return
+    master = hosts.hosts[0]
+    admin = hosts.private_dir(master, "/etc/kubernetes") / "admin.conf"
+    kubectl = str(testhosts.k8s_bin_dir() / "kubectl")
+    out = testhosts.inside(
+        master, kubectl, "--kubeconfig", str(admin), "get", "nodes", "-o", "wide", net_only=True
+    )
+    for line in (out.stdout or out.stderr).splitlines():
+        say(f"    {line}")
+
+
 @contextlib.contextmanager
 def phase(title: str) -> Iterator[None]:
     t0 = time.monotonic()
@@ -336,14 +399,23 @@ def phase(title: str) -> Iterator[None]:
     say(f"   ({title}: {elapsed(t0)})")
 
 
-def heal_a_worker(
-    tacker: TackerClient, sim: SimProcess, hosts: Any, inst: str, serve: Serve
-) -> None:
-    """Break one worker's VM (its disk is lost) and HEAL its VNFC, as an operator would."""
+def workers(tacker: TackerClient, inst: str) -> list[dict[str, Any]]:
+    """The worker VNFCs' ``vnfcResourceInfo``, in Tacker's order."""
     info = tacker.show(inst)["instantiatedVnfInfo"]
-    # The oldest worker (Tacker lists the newest first), not the one SCALE_OUT just added.
-    worker = [r for r in info["vnfcResourceInfo"] if r["vduId"] == "workerNode"][-1]
-    [vnfc_info] = [i["id"] for i in info["vnfcInfo"] if i["vnfcResourceInfoId"] == worker["id"]]
+    return [r for r in info["vnfcResourceInfo"] if r["vduId"] == "workerNode"]
+
+
+def heal_a_worker(
+    tacker: TackerClient, sim: SimProcess, hosts: Any, inst: str, serve: Serve, first: set[str]
+) -> None:
+    """Break one worker's VM (its disk is lost) and HEAL its VNFC, as an operator would:
+    one of the ``first`` (INSTANTIATE's), not the one SCALE_OUT just added."""
+    info = tacker.show(inst)["instantiatedVnfInfo"]
+    worker = next(r for r in workers(tacker, inst) if r["id"] in first)
+    if isinstance(tacker, V1Tacker):  # v1 heals a vnfcResourceInfo id (and keeps it)
+        vnfc_info = worker["id"]
+    else:
+        [vnfc_info] = [i["id"] for i in info["vnfcInfo"] if i["vnfcResourceInfoId"] == worker["id"]]
     server = worker["computeResource"]["resourceId"]
     [address] = [
         p["fixed_ips"][0]["ip_address"]
@@ -376,6 +448,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         stack.callback(sim.stop)
         say(f"  OpenStack (sim)    {sim.auth_url}")
         bed: tacker_bed.BedState | None = None
+        v1 = args.api == "v1"
         if args.tacker_url:  # a Tacker already running with the package onboarded
             tacker_url, vnfd_id = args.tacker_url, args.vnfd_id
         elif args.bed_state:  # a bed already running (tacker_bed start --onboard)
@@ -386,16 +459,30 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         else:
             bed = tacker_bed.start(owner_pid=os.getpid())
             stack.callback(tacker_bed.stop, bed)
-            tacker_url, vnfd_id = bed.url, tacker_bed.build_and_onboard(bed)
-        say(f"  Tacker 16.0.0      {tacker_url}  (sample package onboarded, vnfdId {vnfd_id})")
+            tacker_url, vnfd_id = bed.url, "" if v1 else tacker_bed.build_and_onboard(bed)
+        if v1:  # the v1 package (seed 000's format), onboarded beside the v2 one
+            assert bed is not None
+            vnfd_id = tacker_bed.build_and_onboard(bed, "kubernetes_cluster_v1")
+        package = "v1 package (seed 000)" if v1 else "sample package"
+        say(f"  Tacker 16.0.0      {tacker_url}  ({package} onboarded, vnfdId {vnfd_id})")
         recorder = CallbackRecorder()
         recorder.start()
         stack.callback(recorder.stop)
-        tacker = TackerClient(tacker_url)
-        stack.callback(tacker.unsubscribe, tacker.subscribe(recorder.url))
+        tacker: TackerClient = V1Tacker(tacker_url) if v1 else TackerClient(tacker_url)
+        if not v1:  # v1's entry has no token to find in the notifications
+            stack.callback(tacker.unsubscribe, tacker.subscribe(recorder.url))
+        openstack_vim = ""
+        if v1:  # v1 runs an instance on a registered VIM, as seed 000's `openstack vim list`
+            assert bed is not None and isinstance(tacker, V1Tacker)
+            openstack_vim = tacker.register_openstack_vim(
+                bed, sim.auth_url, sim.openstack_settings(), unique_name("demo-openstack")
+            )
+            stack.callback(tacker.call, "DELETE", f"/v1.0/vims/{openstack_vim}")
+            say(f"  OpenStack VIM      {openstack_vim}  (registered in Tacker)")
 
-        # Hooks: the bed's conductor runs lccn_hook.py with the configuration written below.
-        hooks = bed is not None and not args.no_hooks
+        # Hooks: the bed's conductor runs lccn_hook.py with the configuration written below
+        # (a v2 management-driver script: v1 has none).
+        hooks = bed is not None and not args.no_hooks and not v1
         hook_token = secrets.token_urlsafe(24)
         port = tacker_bed.free_port()
         db_url = f"sqlite+aiosqlite:///{tmp / 'lccn.db'}"
@@ -411,6 +498,10 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                     "noauth_user_id": tacker_bed.USER_ID,
                     "noauth_project_id": tacker_bed.PROJECT_ID,
                     "subscribe_on_start": True,
+                    "api_version": args.api,
+                    # Tacker's Kubernetes VIM driver reads the API server, which the
+                    # stand-in tools do not run (v1 registers the VIM by default).
+                    **({"register_vim": False} if args.kubernetes != "real" else {}),
                 },
                 "openstack": sim.openstack_settings(),
                 "ssh": hosts.ssh_section(),
@@ -455,53 +546,79 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
             stack.callback(bed.hook_config.unlink, missing_ok=True)
             say(f"  Tacker's hooks     http://127.0.0.1:{port}/lccn/hooks  (lccn_hook.py)")
         else:
-            say("  Tacker's hooks     off: serve acts on COMPLETED and writes back after it")
+            why = " (v1 has no management-driver scripts)" if v1 else ""
+            say(f"  Tacker's hooks     off{why}: serve acts on COMPLETED and writes back after it")
         serve.watch()
 
-    inst = tacker.create(vnfd_id, unique_name(f"demo-{args.flavour}"))
-    params = k8s_params(
-        master_user="root",
-        worker_user=hosts.user or "root",
-        key=str(hosts.client_key),
-        password=hosts.password,
-        ha=args.flavour == "complex",
-    )
-    with phase(f"INSTANTIATE ({args.flavour} flavour) of VNF instance {inst}"):
+    inst = tacker.create(vnfd_id, unique_name(f"demo-{args.api}-{args.flavour}"))
+    nodes_login: dict[str, Any] = {
+        "master_user": "root",
+        "worker_user": hosts.user or "root",
+        "key": str(hosts.client_key),
+        "password": hosts.password,
+        "ha": args.flavour == "complex",
+    }
+    placement: dict[str, Any]
+    if v1:
+        placement = {
+            "vimConnectionInfo": v1_vim_connection_info(openstack_vim),
+            "extVirtualLinks": v1_ext_virtual_links(NETWORK_ID),
+        }
+        params = v1_params(**nodes_login)
+    else:
+        placement = {
+            "vimConnectionInfo": sim.vim_connection_info(),
+            "extVirtualLinks": ext_virtual_links(NETWORK_ID),
+        }
+        params = k8s_params(**nodes_login)
+    with phase(f"INSTANTIATE ({args.flavour} flavour) of VNF instance {inst} (API {args.api})"):
         since = len(recorder.received)
         t0 = time.monotonic()
         occ = tacker.run_op(
             inst,
             "instantiate",
-            {
-                "flavourId": args.flavour,
-                "vimConnectionInfo": sim.vim_connection_info(),
-                "extVirtualLinks": ext_virtual_links(NETWORK_ID),
-                "additionalParams": params,
-            },
+            {"flavourId": args.flavour, **placement, "additionalParams": params},
         )
         side_by_side(tacker, serve, occ, t0)
-        if hooks and bed is not None:  # handed back in the operation; the API hides the token
+        entry: dict[str, Any] = {}
+        if v1:
+            pass  # the entry names a VIM: shown below
+        elif hooks and bed is not None:  # handed back in the operation; the API hides the token
             entry = (tacker_bed.stored_vim_connection_info(bed, inst) or {})["k8s"]
         else:
             entry = k8s_entry(recorder, inst, since)
-    how = "handed back inside the INSTANTIATE" if hooks else "written back by serve"
-    say(f"\n  vimConnectionInfo entry Tacker now holds ({how}):")
-    show_entry(entry)
-    say("\n  the cluster's nodes, through that entry alone:")
-    nodes_through(entry, tmp, args.kubernetes)
+
+    first_workers = {r["id"] for r in workers(tacker, inst)}
+
+    def nodes() -> None:
+        if v1:
+            nodes_on_master(hosts, args.kubernetes)
+        else:
+            nodes_through(entry, tmp, args.kubernetes)
+
+    if v1:
+        say("\n  vimConnectionInfo entry Tacker now holds (written back by serve, as seed 000):")
+        show_v1_entry(tacker, inst)
+        say("\n  the cluster's nodes, on the master:")
+    else:
+        how = "handed back inside the INSTANTIATE" if hooks else "written back by serve"
+        say(f"\n  vimConnectionInfo entry Tacker now holds ({how}):")
+        show_entry(entry)
+        say("\n  the cluster's nodes, through that entry alone:")
+    nodes()
 
     if args.scale:
         with phase("SCALE_OUT by one worker"):
             t0 = time.monotonic()
             occ = tacker.run_op(
-                inst, "scale", {"type": "SCALE_OUT", "aspectId": "workerNode_scale"}
+                inst, "scale", {"type": "SCALE_OUT", "aspectId": SCALE_ASPECT[args.api]}
             )
             side_by_side(tacker, serve, occ, t0)
-        nodes_through(entry, tmp, args.kubernetes)
+        nodes()
 
     if args.heal:
-        heal_a_worker(tacker, sim, hosts, inst, serve)
-        nodes_through(entry, tmp, args.kubernetes)
+        heal_a_worker(tacker, sim, hosts, inst, serve, first_workers)
+        nodes()
 
     if args.keep:
         say("\nrunning; Ctrl-C goes on to TERMINATE and stops everything")
@@ -514,13 +631,21 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         occ = tacker.run_op(inst, "terminate", {"terminationType": "FORCEFUL"})
         side_by_side(tacker, serve, occ, t0)
         left = tacker.show(inst).get("vimConnectionInfo")
-        say(f"  Tacker's vimConnectionInfo now: {left or '{}'}; serve forgot the cluster")
+        if v1:  # v1 keeps the OpenStack VIM the instance ran on; ours is gone
+            kept = [e for e in left or () if e.get("vimType") == "kubernetes"]
+            gone = f"kubernetes_vim_{inst}" not in kubernetes_vims(tacker.url)
+            say(f"  Tacker's Kubernetes entries now: {kept or '[]'}; its VIM deleted: {gone}")
+        else:
+            say(f"  Tacker's vimConnectionInfo now: {left or '{}'}; serve forgot the cluster")
         tacker.delete(inst)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--flavour", choices=("simple", "complex"), default="simple")
+    p.add_argument(
+        "--api", choices=("v2", "v1"), default="v2", help="Tacker's VNF LCM API to drive"
+    )
     p.add_argument("--kubernetes", choices=("real", "standin"), default="real")
     p.add_argument("--scale", action="store_true", help="also SCALE_OUT by one worker")
     p.add_argument("--heal", action="store_true", help="also HEAL one worker's VNFC")
@@ -542,6 +667,8 @@ def main() -> int:
         p.error("--tacker-url and --vnfd-id go together")
     if args.tacker_url and args.bed_state:
         p.error("--tacker-url and --bed-state exclude each other")
+    if args.tacker_url and args.api == "v1":
+        p.error("--api v1 onboards the v1 package into a bed: use --bed-state or neither")
     t0 = time.monotonic()
     try:
         with contextlib.ExitStack() as stack:

@@ -3,7 +3,8 @@
 own and ``serve`` as a subprocess, it INSTANTIATEs, shows each step live and Tacker's
 op-occ state next to serve's job, shows the entry handed back inside the operation with
 its token masked, lists the nodes Ready through that entry alone, SCALEs OUT by one
-worker, HEALs a worker whose VM broke and TERMINATEs.
+worker, HEALs a worker whose VM broke and TERMINATEs; and the same through Tacker's v1
+API (``--api v1``), with the cluster registered as Tacker's Kubernetes VIM.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from tests import REPO
 from tests.testbed import tacker_bed as tb
+from tests.testbed.openstack_sim.control import SimControl
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
 
@@ -78,3 +80,52 @@ def test_demo_builds_a_cluster_reachable_through_the_written_back_entry(
     }
     assert ages[name] == min(ages.values(), key=seconds), ages
     assert "Tacker's vimConnectionInfo now: {}; serve forgot the cluster" in text
+
+
+def test_demo_api_v1_scales_and_heals_on_the_real_control_plane_behind_its_kubernetes_vim(
+    bed: tb.BedState, tmp_path: Path
+) -> None:
+    """Seed 000 through the v1 API (``--api v1``): the v1 package, an OpenStack VIM, serve
+    on v1 and no hooks. INSTANTIATE registers ``kubernetes_vim_<id>`` (Tacker's VIM driver
+    reads the regions from the real API server with the token and keeps its Fernet key in
+    the bed's Barbican), the instance gets seed 000's entry, SCALE_OUT and HEAL of a worker
+    run on the real control plane, and TERMINATE deletes the VIM, and Tacker its key."""
+    keys = SimControl(bed.sim_url)
+    before = {s["id"] for s in keys.state()["secrets"]}
+    state = tmp_path / "bed.json"
+    state.write_text(json.dumps(asdict(bed)))
+    out = subprocess.run(
+        [sys.executable, str(DEMO), "--api", "v1", "--scale", "--heal", "--bed-state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    text = out.stdout
+    assert out.returncode == 0, text[-3000:] + out.stderr[-3000:]
+    assert "hooks     off (v1 has no management-driver scripts)" in text
+    for operation in ("INSTANTIATE", "SCALE", "HEAL", "TERMINATE"):
+        assert re.search(
+            rf"Tacker: {operation} COMPLETED .*\n\s+serve:\s+COMPLETED \(from http\): job done",
+            text,
+        ), [line for line in text.splitlines() if "Tacker:" in line or "serve:" in line]
+    assert re.search(r"cluster-instantiate\s+register-vim\s+done", text)
+    # Seed 000's `vnflcm show`: the VIM and its URL (the first host is the master).
+    inst = re.search(r"INSTANTIATE \(simple flavour\) of VNF instance (\S+) \(API v1\)", text)
+    assert inst, text[-3000:]
+    endpoint = re.search(r"vimType +kubernetes\n +vimId +\S+\n +authUrl +(https://\S+):6443", text)
+    assert endpoint, text[-3000:]
+    assert "BEGIN CERTIFICATE" not in text
+    assert f"VIM kubernetes_vim_{inst.group(1)}: ACTIVE (token key: barbican_key)" in text
+    regions = re.search(r"regions \(the cluster's namespaces.*\): (.+)", text)
+    assert regions and {"default", "kube-system"} <= set(regions.group(1).split(", "))
+    # Three nodes, four after SCALE_OUT; the healed worker rejoined, the youngest again.
+    tables = re.findall(r"NAME\s+STATUS.*?\n((?:\s+\S+\s+Ready.*\n)+)", text)
+    assert [len(t.strip().splitlines()) for t in tables] == [3, 4, 4], tables
+    healed = re.search(r"HEAL of worker VNFC \S+ \((\S+), its VM broken\)", text)
+    assert healed, text[-3000:]
+    name = "worker" + healed.group(1).rsplit(".", 1)[1]
+    ages = {row.split()[0]: row.split()[3] for row in tables[2].strip().splitlines()}
+    assert ages[name] == min(ages.values(), key=seconds), ages
+    # TERMINATE: our entry and VIM gone; Tacker deleted the key it had put in Barbican.
+    assert "Tacker's Kubernetes entries now: []; its VIM deleted: True" in text
+    assert {s["id"] for s in keys.state()["secrets"]} == before
