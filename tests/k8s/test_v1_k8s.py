@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.day2_v1 import V1Loop
-from tests.k8s.full_loop import serve_config
-from tests.tacker.helpers import ServeProcess, subscribed_serve
 from tests.testbed import tacker_bed
 from tests.testbed.openstack_sim.control import SimControl
 from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_serve import ServeProcess, serve_config, subscribed_serve
 from tests.testbed.tacker_v1 import V1Tacker
 from tests.testbed.testhosts import TestBed
 
