@@ -52,7 +52,9 @@ What differs from a real deployment (the same for both unless said):
   says "command not found" until the install has left a kubeconfig (the packages phase
   would bring kubectl on a VM); a ``cilium`` shim answers ``cilium status --wait`` once
   every node is Ready (no CNI); the install script's environment comes from sshd's
-  ``SetEnv``. The script's ``CIS-node`` worker labels need the server's compute host
+  ``SetEnv``; the hosts get a default route on their own link (no gateway), without
+  which ``kubeadm token create`` warns on stderr and the script's SCALE_OUT fails. The
+  script's ``CIS-node`` worker labels need the server's compute host
   (``OS-EXT-SRV-ATTR:host``), which the simulated Heat does not give: it labels nothing
   here; on a real cloud it runs one ``kubectl label`` per worker more;
 * ours logs in as root with a key on the masters and as the test user with a password

@@ -48,6 +48,13 @@ install script, this is what had to be prepared, and why:
     tools are already on the hosts). So, for the test user, ``kubectl`` answers as
     bash does for a missing command until the install has left a kubeconfig, and is
     the real kubectl from then on.
+  - **A default route.** The hosts have none, so ``kubeadm token create`` (the
+    script's first command of a SCALE_OUT) warns on stderr that it found no default
+    route to pick an address from, and the script fails any command of its that
+    writes to stderr. Each host gets a default route on its own link (``dev eth0``, no
+    gateway), so kubeadm picks the host's address, as on a VM. Nothing is routed
+    anywhere: an address outside the bed's block is looked for on the bed's bridge
+    and nobody answers there; the machine's own routes are untouched.
   - **``cilium status --wait``.** The driver's last step on the master. The CNI phase
     is skipped (no container runtime, no Cilium), so ``cilium`` here waits, as
     ``cilium status --wait`` does for Cilium's pods, until every node is Ready (the
@@ -335,6 +342,7 @@ def prepared_hosts(
             )
             config.write_text(original + _setenv_block(bed, bin_dir))
             _reload_sshd(host)
+            _default_route(host, "replace")
         yield
     finally:
         for host, original in done:
@@ -345,7 +353,19 @@ def prepared_hosts(
                 subprocess.run(["rm", "-rf", str(home / host.name / "home" / ".kube")], check=True)
 
 
+def _default_route(host: TestHost, action: str) -> None:
+    """A default route on the host's own link (no gateway), as a VM has one (see the
+    module): ``replace`` adds it, ``del`` takes it away."""
+    subprocess.run(
+        ["ip", "-n", host.namespace, "route", action, "default", "dev", "eth0"],
+        check=action != "del",
+        capture_output=True,
+        timeout=30,
+    )
+
+
 def _restore(bed: TestBed, host: TestHost, sshd_config: str) -> None:
+    _default_route(host, "del")
     config = bed.root / "hosts" / host.name / "sshd_config"
     config.write_text(sshd_config)
     _reload_sshd(host)
