@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 
 from tests.ssh.conftest import bed as hosts
-from tests.tacker.helpers import ServeProcess, hooks_pointed_at, subscribed_serve
+from tests.tacker.helpers import hooks_pointed_at
 from tests.testbed import tacker_bed as tb
 from tests.testbed import testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import CallbackRecorder, TackerClient
+from tests.testbed.tacker_serve import ServeProcess, subscribed_serve
 
 from .day2 import Loop
 

@@ -28,17 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster_fakes import k8s_params
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess
 from tests.testbed import testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     CallbackRecorder,
     TackerClient,
     ext_virtual_links,
     unique_name,
     wait_for,
 )
+from tests.testbed.tacker_serve import ServeProcess
 
 __all__ = ["ADMIN_CONF", "Loop", "Member", "kubeadm_calls", "node_name"]
 

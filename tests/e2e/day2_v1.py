@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess
 from tests.testbed.cluster_vnf import v1_params
 from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import NETWORK_ID
+from tests.testbed.tacker_serve import ServeProcess
 from tests.testbed.tacker_v1 import V1Tacker, v1_ext_virtual_links, v1_vim_connection_info
 
 from .day2 import Loop

@@ -37,10 +37,10 @@ from subscriber.store import EventRow, StepStatus
 from subscriber.tacker import TackerClient
 from tests.cluster_fakes import host_params
 from tests.conftest import free_port, wait_until
-from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     CallbackRecorder,
     instantiate_request,
     unique_name,

@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed as tb
 from tests.testbed import testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
+from tests.testbed.tacker_serve import ServeProcess
 
 from .day2 import Loop, kubeadm_calls
 

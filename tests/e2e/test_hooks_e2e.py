@@ -22,17 +22,17 @@ from typing import Any
 import pytest
 
 from tests.cluster_fakes import host_params
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     CallbackRecorder,
     TackerClient,
     instantiate_request,
     unique_name,
     wait_for,
 )
+from tests.testbed.tacker_serve import ServeProcess
 
 from .conftest import give_up, reachable, running_loop, serve_config, unreachable
 from .day2 import ADMIN_CONF, Loop, kubeadm_calls

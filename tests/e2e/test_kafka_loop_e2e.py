@@ -28,11 +28,11 @@ from tests.e2e.conftest import serve_config
 from tests.e2e.day2 import SCALE_ASPECT, kubeadm_calls
 from tests.kafka.helpers import create_topic, uid
 from tests.programs import ServeProcess, cli
-from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import kafka_broker
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     TackerClient,
     instantiate_request,
     unique_name,

@@ -24,11 +24,10 @@ from subscriber.store import StepStatus
 from tests import REPO
 from tests.cluster_fakes import host_params
 from tests.e2e.test_cluster_e2e import handled, octet, remove_instance, service, steps_of
-from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
+from tests.testbed.tacker_api import NETWORK_ID, instantiate_request, unique_name
 from tests.testbed.tacker_api import TackerClient as SyncTacker
-from tests.testbed.tacker_api import instantiate_request, unique_name
 
 __all__ = ["service"]  # the fixture, shared with test_cluster_e2e
 

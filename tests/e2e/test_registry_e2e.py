@@ -23,10 +23,9 @@ from tests.cluster_fakes import host_params
 from tests.e2e.day2 import Loop
 from tests.e2e.test_day2_e2e import loop
 from tests.ssh.test_registry import assert_node_configured, logins_from
-from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import registry as test_registry
 from tests.testbed import tacker_bed as tb
-from tests.testbed.tacker_api import instantiate_request, unique_name
+from tests.testbed.tacker_api import NETWORK_ID, instantiate_request, unique_name
 
 __all__ = ["loop"]  # the fixture, shared with test_day2_e2e
 

@@ -24,12 +24,11 @@ from typing import Any
 import pytest
 
 from handlers.toolkit import storage
-from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed as tb
 from tests.testbed import testhosts
 from tests.testbed.cluster_vnf import STORAGE_CP
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import ext_virtual_links, unique_name
+from tests.testbed.tacker_api import NETWORK_ID, ext_virtual_links, unique_name
 from tests.testbed.testhosts import inside
 
 from .day2 import ADMIN_CONF, Loop

@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from tests.tacker.helpers import ServeProcess, subscribed_serve
 from tests.testbed import tacker_bed as tb
 from tests.testbed import testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import wait_for
+from tests.testbed.tacker_serve import ServeProcess, subscribed_serve
 from tests.testbed.tacker_v1 import V1Tacker
 
 from .conftest import serve_config

@@ -20,22 +20,21 @@ from typing import Any
 import pytest
 
 from tests.cluster_fakes import host_params
-from tests.k8s.helpers import SCRIPT_ENV
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess, subscribed_serve
 from tests.testbed import tacker_bed, testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     TackerClient,
     instantiate_request,
+    terminate_and_delete,
     unique_name,
     wait_for,
 )
+from tests.testbed.tacker_serve import VIM_KEY, ServeProcess, serve_config, subscribed_serve
 from tests.testbed.testhosts import TestBed
 
 __all__ = [
     "K8S_VIM_TYPE",
-    "VIM_KEY",
     "ClusterVnf",
     "handled",
     "instantiate_cluster",
@@ -43,11 +42,9 @@ __all__ = [
     "octet",
     "serve",
     "tacker_k8s",
-    "terminate_and_delete",
 ]
 
 K8S_VIM_TYPE = "ETSINFV.KUBERNETES.V_1"
-VIM_KEY = "k8s"  # serve's tacker.vim_key
 PROBE = Path(__file__).with_name("tacker_k8s_client.py")
 
 
@@ -75,31 +72,6 @@ def loop_hosts(k8s_hosts: TestBed) -> Iterator[TestBed]:
     testhosts.reset_cluster(k8s_hosts)
     for host in k8s_hosts.hosts:  # the cluster flows rename the hosts
         subprocess.run(["nsenter", "-t", str(host.pid), "-u", "hostname", host.name], check=False)
-
-
-def serve_config(bed: tacker_bed.BedState, sim: SimProcess, hosts: TestBed) -> dict[str, Any]:
-    """serve's settings: noauth Tacker (subscribes on start), the simulator's Keystone,
-    the hosts' SSH keys, and the real tools' details through ``cluster`` (etcdctl runs on
-    the masters: nothing here can exec into a pod; haproxy is reloaded with the default
-    ``systemctl reload haproxy``, which the hosts' systemctl shim does for real)."""
-    return {
-        "dispatch": {"rescan_interval": 0.5, "backoff_initial": 0.5, "max_attempts": 3},
-        "tacker": bed.tacker_section(
-            **tacker_bed.QUICK_RETRIES,
-            op_poll_interval=0.2,
-            subscribe_on_start=True,
-            vim_key=VIM_KEY,
-        ),
-        "openstack": sim.openstack_settings(),
-        "ssh": hosts.ssh_section(command_timeout=120.0),
-        "cluster": {
-            "handlers": "on",
-            "script_env": SCRIPT_ENV,
-            "token_wait_timeout": 60.0,
-            "install_timeout": 300.0,
-            "etcdctl_via": "host",
-        },
-    }
 
 
 @pytest.fixture(scope="module")
@@ -147,15 +119,6 @@ def tacker_k8s(vim: dict[str, Any], deployment: str | None = None) -> dict[str, 
 
 def octet(address: str) -> str:
     return address.rsplit(".", 1)[1]
-
-
-def terminate_and_delete(tacker: TackerClient, inst: str) -> None:
-    """Best effort at teardown: TERMINATE if instantiated, then DELETE."""
-    with contextlib.suppress(AssertionError):
-        if tacker.show(inst).get("instantiationState") == "INSTANTIATED":
-            tacker.run_op(inst, "terminate", {"terminationType": "FORCEFUL"})
-    with contextlib.suppress(AssertionError):
-        tacker.delete(inst)
 
 
 @contextlib.contextmanager

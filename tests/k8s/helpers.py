@@ -34,7 +34,6 @@ __all__ = [
     "api_get",
     "ca_hash",
     "kubectl_json",
-    "nodes_ready",
     "root",
     "run",
     "ssh_settings",
@@ -118,17 +117,6 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout:g} s (last: {last!r})")
         await asyncio.sleep(interval)
-
-
-def nodes_ready(nodes: dict[str, Any]) -> dict[str, bool]:
-    """Node name -> whether its Ready condition is True."""
-    out = {}
-    for node in nodes["items"]:
-        conditions = node["status"].get("conditions") or []
-        out[node["metadata"]["name"]] = any(
-            c["type"] == "Ready" and c["status"] == "True" for c in conditions
-        )
-    return out
 
 
 def ca_hash(pem: str) -> str:

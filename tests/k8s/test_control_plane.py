@@ -31,14 +31,13 @@ from tests.k8s.helpers import (
     SCRIPTS,
     ca_hash,
     kubectl_json,
-    nodes_ready,
     root,
     run,
     ssh_settings,
     wait_for,
 )
 from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed, TestHost
+from tests.testbed.testhosts import TestBed, TestHost, nodes_ready
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

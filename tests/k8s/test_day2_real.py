@@ -29,9 +29,9 @@ from tests.cluster_fakes import (
 )
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
-from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, nodes_ready, run, ssh_settings, wait_for
+from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, run, ssh_settings, wait_for
 from tests.testbed import testhosts
-from tests.testbed.testhosts import TestBed
+from tests.testbed.testhosts import TestBed, nodes_ready
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

@@ -35,20 +35,18 @@ from subscriber.config import TackerSettings
 from subscriber.kernel.ports import KubernetesAccess
 from tests.k8s.full_loop import (
     K8S_VIM_TYPE,
-    VIM_KEY,
     ClusterVnf,
     handled,
     instantiate_cluster,
     octet,
     tacker_k8s,
-    terminate_and_delete,
 )
 from tests.k8s.helpers import api_get
-from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed
 from tests.testbed.openstack_sim.control import SimControl
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import TackerClient, unique_name, wait_for
+from tests.testbed.tacker_api import TackerClient, terminate_and_delete, unique_name, wait_for
+from tests.testbed.tacker_serve import VIM_KEY, ServeProcess
 from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]

@@ -29,18 +29,11 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.day2 import Loop, Member
-from tests.k8s.full_loop import (
-    K8S_VIM_TYPE,
-    VIM_KEY,
-    ClusterVnf,
-    instantiate_cluster,
-    octet,
-    tacker_k8s,
-)
-from tests.tacker.helpers import ServeProcess
+from tests.k8s.full_loop import K8S_VIM_TYPE, ClusterVnf, instantiate_cluster, octet, tacker_k8s
 from tests.testbed import tacker_bed, testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
+from tests.testbed.tacker_serve import VIM_KEY, ServeProcess
 from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(1200)]

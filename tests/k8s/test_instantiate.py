@@ -18,8 +18,8 @@ import pytest
 
 from subscriber.config import ClusterSettings
 from tests.cluster_fakes import cluster_service, cluster_vnf, host_params
-from tests.k8s.helpers import SCRIPT_ENV, api_get, instantiate_and_stop, nodes_ready, ssh_settings
-from tests.testbed.testhosts import TestBed
+from tests.k8s.helpers import SCRIPT_ENV, api_get, instantiate_and_stop, ssh_settings
+from tests.testbed.testhosts import TestBed, nodes_ready
 
 pytestmark = [pytest.mark.k8s, pytest.mark.asyncio]
 

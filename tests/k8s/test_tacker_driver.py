@@ -33,13 +33,16 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.full_loop import terminate_and_delete
-from tests.k8s.helpers import nodes_ready
-from tests.tacker.conftest import NETWORK_ID
 from tests.testbed import tacker_bed, tacker_driver, testhosts
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import TackerClient, ext_virtual_links, unique_name
-from tests.testbed.testhosts import TestBed, TestHost
+from tests.testbed.tacker_api import (
+    NETWORK_ID,
+    TackerClient,
+    ext_virtual_links,
+    terminate_and_delete,
+    unique_name,
+)
+from tests.testbed.testhosts import TestBed, TestHost, nodes_ready
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
 

@@ -17,17 +17,18 @@ from typing import Any
 import pytest
 
 from tests.cluster_fakes import host_params
-from tests.k8s.full_loop import K8S_VIM_TYPE, VIM_KEY, serve_config, tacker_k8s
-from tests.k8s.full_loop import terminate_and_delete as remove
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess, hooks_pointed_at
+from tests.k8s.full_loop import K8S_VIM_TYPE, tacker_k8s
+from tests.tacker.helpers import hooks_pointed_at
 from tests.testbed import tacker_bed
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     TackerClient,
     instantiate_request,
     unique_name,
 )
+from tests.testbed.tacker_api import terminate_and_delete as remove
+from tests.testbed.tacker_serve import VIM_KEY, ServeProcess, serve_config
 from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(1200)]

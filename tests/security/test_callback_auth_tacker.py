@@ -23,9 +23,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.factories import identifier
-from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed as tb
 from tests.testbed.tacker_api import TackerClient, unique_name, wait_for
+from tests.testbed.tacker_serve import ServeProcess
 
 pytestmark = pytest.mark.tacker
 

@@ -16,12 +16,9 @@ from typing import Any
 import pytest
 from openstack import connection
 
-from tests.tacker.helpers import ServeProcess
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import CallbackRecorder, TackerClient
-
-# Our sample network (a Neutron net id as Tacker would pass it through to Heat).
-NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
+from tests.testbed.tacker_serve import ServeProcess
 
 
 @pytest.fixture(scope="session")

@@ -30,11 +30,11 @@ from subscriber.errors import PermanentStepError
 from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 from subscriber.service import Service
 from tests.conftest import callback_url, make_settings
-from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import k8s_params
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     TackerClient,
     instantiate_request,
     unique_name,

@@ -14,17 +14,18 @@ from typing import Any
 
 import pytest
 
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess, k8s_params
+from tests.tacker.helpers import k8s_params
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     CallbackRecorder,
     TackerClient,
     instantiate_request,
     unique_name,
     wait_for,
 )
+from tests.testbed.tacker_serve import ServeProcess
 
 pytestmark = pytest.mark.tacker
 

@@ -27,11 +27,11 @@ from subscriber.store import EventRow
 from subscriber.tacker import TackerClient, ensure_subscription
 from tests.conftest import Started, free_port, wait_until
 from tests.tacker import writeback_handler as wb
-from tests.tacker.conftest import NETWORK_ID
 from tests.tacker.helpers import k8s_params
 from tests.testbed import tacker_bed as tb
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
+    NETWORK_ID,
     CallbackRecorder,
     instantiate_request,
     unique_name,

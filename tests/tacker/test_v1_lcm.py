@@ -24,12 +24,11 @@ from schemas.cluster_params import parse_cluster_params
 from schemas.lcm import saved_params
 from subscriber.config import OpenStackSettings
 from subscriber.openstack import OpenStackClient
-from tests.tacker.conftest import NETWORK_ID
-from tests.tacker.helpers import ServeProcess
 from tests.testbed import tacker_bed as tb
 from tests.testbed.cluster_vnf import v1_params
 from tests.testbed.openstack_sim.process import SimProcess
-from tests.testbed.tacker_api import unique_name, wait_for
+from tests.testbed.tacker_api import NETWORK_ID, unique_name, wait_for
+from tests.testbed.tacker_serve import ServeProcess
 from tests.testbed.tacker_v1 import V1Tacker, v1_ext_virtual_links, v1_vim_connection_info
 
 pytestmark = [pytest.mark.tacker, pytest.mark.timeout(300)]

@@ -7,6 +7,7 @@ a session).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -19,11 +20,13 @@ from tests.testbed import tacker_bed
 
 __all__ = [
     "LOCK_WAITS",
+    "NETWORK_ID",
     "TERMINAL_STATES",
     "CallbackRecorder",
     "TackerClient",
     "ext_virtual_links",
     "instantiate_request",
+    "terminate_and_delete",
     "unique_name",
     "wait_for",
 ]
@@ -31,6 +34,8 @@ __all__ = [
 # Seconds each DELETE after TERMINATE waited on 409 (Tacker's lock outlives COMPLETED).
 LOCK_WAITS: list[float] = []
 TERMINAL_STATES = {"COMPLETED", "FAILED_TEMP", "FAILED", "ROLLED_BACK"}
+# Our sample network (a Neutron net id as Tacker would pass it through to Heat).
+NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
 
 
 def wait_for(
@@ -164,6 +169,15 @@ class TackerClient:
 
     def run_op(self, inst_id: str, task: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.wait_op(self.start_op(inst_id, task, body))
+
+
+def terminate_and_delete(tacker: TackerClient, inst: str) -> None:
+    """Best effort at teardown: TERMINATE if instantiated, then DELETE."""
+    with contextlib.suppress(AssertionError):
+        if tacker.show(inst).get("instantiationState") == "INSTANTIATED":
+            tacker.run_op(inst, "terminate", {"terminationType": "FORCEFUL"})
+    with contextlib.suppress(AssertionError):
+        tacker.delete(inst)
 
 
 def instantiate_request(

@@ -48,6 +48,13 @@ install script, this is what had to be prepared, and why:
     tools are already on the hosts). So, for the test user, ``kubectl`` answers as
     bash does for a missing command until the install has left a kubeconfig, and is
     the real kubectl from then on.
+  - **A default route.** The hosts have none, so ``kubeadm token create`` (the
+    script's first command of a SCALE_OUT) warns on stderr that it found no default
+    route to pick an address from, and the script fails any command of its that
+    writes to stderr. Each host gets a default route on its own link (``dev eth0``, no
+    gateway), so kubeadm picks the host's address, as on a VM. Nothing is routed
+    anywhere: an address outside the bed's block is looked for on the bed's bridge
+    and nobody answers there; the machine's own routes are untouched.
   - **``cilium status --wait``.** The driver's last step on the master. The CNI phase
     is skipped (no container runtime, no Cilium), so ``cilium`` here waits, as
     ``cilium status --wait`` does for Cilium's pods, until every node is Ready (the
@@ -79,9 +86,11 @@ __all__ = [
     "check_private_etc",
     "driver_files",
     "driver_params",
+    "flavours",
     "node_name",
     "prepared_hosts",
     "sdist_path",
+    "with_room",
 ]
 
 SAMPLE = "samples/mgmt_driver/kubernetes/sol_v2_kubernetes_vnf_package/contents/Scripts"
@@ -186,12 +195,57 @@ def _with_driver(vnfd: str) -> str:
     return replaced
 
 
-def build_and_onboard_driver_package(state: tacker_bed.BedState) -> str:
-    """Onboard the copy of our cluster package that runs Tacker's script; its vnfdId."""
-    extra: dict[str, str | bytes] = dict(driver_files())
+def with_room(vnfd: str, max_workers: int) -> str:
+    """A flavour's VNFD whose workers may grow to ``max_workers``: workerNode's
+    ``max_number_of_instances`` and the ``workerNode_scale`` aspect's ``max_scale_level``
+    (one worker a step, two at instantiation) raised to match. The package allows four
+    workers, so a SCALE_OUT by 3 (``bench/vs_tacker.py``) needs it, in both packages."""
+    vdu = re.compile(
+        r"(?ms)(^    workerNode:\n      type: tosca\.nodes\.nfv\.Vdu\.Compute\n.*?"
+        r"max_number_of_instances: )\d+"
+    )
+    out, count = vdu.subn(lambda m: f"{m.group(1)}{max_workers}", vnfd, count=1)
+    level = re.compile(r"(?m)^(              max_scale_level: )\d+$")
+    out, levels = level.subn(lambda m: f"{m.group(1)}{max_workers - 2}", out)
+    if count != 1 or levels != 1:
+        raise ValueError("workerNode or its scaling aspect not found in the flavour")
+    return out
+
+
+def _hot_with_room(hot: str, max_workers: int) -> str:
+    """A flavour's base HOT whose workers' AutoScalingGroup may grow to ``max_workers``."""
+    group = re.compile(
+        r"(?m)(^  workerNode:\n    type: OS::Heat::AutoScalingGroup\n    properties:\n"
+        r"      min_size: \d+\n      max_size: )\d+$"
+    )
+    out, count = group.subn(lambda m: f"{m.group(1)}{max_workers}", hot)
+    if count != 1:
+        raise ValueError("the workers' AutoScalingGroup not found in the base HOT")
+    return out
+
+
+def flavours(*, max_workers: int | None = None) -> dict[str, str]:
+    """The cluster package's flavour definitions and base HOTs (path in the package ->
+    text), with room for ``max_workers`` (:func:`with_room`) when given."""
+    out = {}
     for flavour in FLAVOURS:
         name = f"Definitions/lccn_k8s_cluster_df_{flavour}.yaml"
-        extra[name] = _with_driver((DEFINITIONS.parent / name).read_text())
+        text = (DEFINITIONS.parent / name).read_text()
+        out[name] = with_room(text, max_workers) if max_workers else text
+        if max_workers:
+            hot = f"BaseHOT/{flavour}/lccn_k8s_cluster_{flavour}.yaml"
+            out[hot] = _hot_with_room((DEFINITIONS.parent / hot).read_text(), max_workers)
+    return out
+
+
+def build_and_onboard_driver_package(
+    state: tacker_bed.BedState, *, max_workers: int | None = None
+) -> str:
+    """Onboard the copy of our cluster package that runs Tacker's script; its vnfdId.
+    ``max_workers``: see :func:`with_room`."""
+    extra: dict[str, str | bytes] = dict(driver_files())
+    for name, text in flavours(max_workers=max_workers).items():
+        extra[name] = _with_driver(text) if name.startswith("Definitions/") else text
     return tacker_bed.build_and_onboard(state, PACKAGE, extra=extra)
 
 
@@ -288,6 +342,7 @@ def prepared_hosts(
             )
             config.write_text(original + _setenv_block(bed, bin_dir))
             _reload_sshd(host)
+            _default_route(host, "replace")
         yield
     finally:
         for host, original in done:
@@ -298,7 +353,19 @@ def prepared_hosts(
                 subprocess.run(["rm", "-rf", str(home / host.name / "home" / ".kube")], check=True)
 
 
+def _default_route(host: TestHost, action: str) -> None:
+    """A default route on the host's own link (no gateway), as a VM has one (see the
+    module): ``replace`` adds it, ``del`` takes it away."""
+    subprocess.run(
+        ["ip", "-n", host.namespace, "route", action, "default", "dev", "eth0"],
+        check=action != "del",
+        capture_output=True,
+        timeout=30,
+    )
+
+
 def _restore(bed: TestBed, host: TestHost, sshd_config: str) -> None:
+    _default_route(host, "del")
     config = bed.root / "hosts" / host.name / "sshd_config"
     config.write_text(sshd_config)
     _reload_sshd(host)

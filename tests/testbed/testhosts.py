@@ -85,6 +85,8 @@ __all__ = [
     "k8s_bin_dir",
     "k8s_missing",
     "kubernetes_processes",
+    "nodes_ready",
+    "ready_nodes",
     "reset_cluster",
     "stop_kubernetes",
     "wipe_host",
@@ -827,6 +829,37 @@ def inside(host: TestHost, *argv: str, net_only: bool = False) -> subprocess.Com
         text=True,
         timeout=60,
     )
+
+
+def nodes_ready(nodes: dict[str, Any]) -> dict[str, bool]:
+    """Node name -> whether its Ready condition is True (``nodes``: ``kubectl get nodes -o
+    json``)."""
+    out = {}
+    for node in nodes["items"]:
+        conditions = node["status"].get("conditions") or []
+        out[node["metadata"]["name"]] = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in conditions
+        )
+    return out
+
+
+def ready_nodes(bed: TestBed, master: TestHost) -> dict[str, bool]:
+    """Node name -> Ready, asked of the real API server from this process with the
+    master's admin kubeconfig (real mode); empty while there is none or it does not answer."""
+    config = bed.private_dir(master, "/etc/kubernetes") / "admin.conf"
+    if not config.exists():
+        return {}
+    out = subprocess.run(
+        [str(k8s_bin_dir() / "kubectl"), "--kubeconfig", str(config), "get", "nodes", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
+    )
+    if out.returncode != 0:
+        return {}
+    return nodes_ready(json.loads(out.stdout))
 
 
 def kubernetes_processes(host: TestHost) -> list[str]:

@@ -76,3 +76,35 @@ def test_the_memory_bench_posts_each_instance_its_life_in_order(
     ]
     assert len({occ for *_, occ in first}) == 1
     assert all(len({occ for *_, occ in life}) == 1 for life in lives.values())
+
+
+def test_vs_tacker_takes_its_cases_and_gives_both_packages_room_for_the_scale_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The side-by-side bench's arguments and host split (no bed is started), and the
+    package room its SCALE_OUT by 3 needs, the same in both packages' flavours."""
+    import yaml
+
+    from tests.testbed import tacker_driver
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    vs_tacker = importlib.import_module("vs_tacker")
+    assert vs_tacker.parse([]) == ["simple", "complex", "scale_out"]
+    assert vs_tacker.parse(["--cases", "scale_out"]) == ["scale_out"]
+    with pytest.raises(SystemExit):
+        vs_tacker.parse(["--cases", "simple,nope"])
+    hosts = SimpleNamespace(hosts=list(range(6)))
+    assert vs_tacker.split(vs_tacker.CASES["scale_out"], hosts) == ([0], [1, 2], [3, 4, 5])
+    assert vs_tacker.split(vs_tacker.CASES["complex"], hosts) == ([0, 1, 2], [3, 4], [])
+
+    files = tacker_driver.flavours(max_workers=vs_tacker.MAX_WORKERS)
+    for flavour in ("simple", "complex"):
+        vnfd = yaml.safe_load(files[f"Definitions/lccn_k8s_cluster_df_{flavour}.yaml"])
+        topology = vnfd["topology_template"]
+        worker = topology["node_templates"]["workerNode"]["properties"]["vdu_profile"]
+        assert worker["max_number_of_instances"] == 5
+        aspects = next(p for p in topology["policies"] if "scaling_aspects" in p)
+        aspect = aspects["scaling_aspects"]["properties"]["aspects"]["workerNode_scale"]
+        assert aspect["max_scale_level"] == 3
+        hot = yaml.safe_load(files[f"BaseHOT/{flavour}/lccn_k8s_cluster_{flavour}.yaml"])
+        assert hot["resources"]["workerNode"]["properties"]["max_size"] == 5

@@ -1,0 +1,326 @@
+"""Tacker's own v2 Kubernetes management-driver script against ``serve``, on the same hosts.
+
+What runs, one after the other and never at once (2 cores), on the same fresh real-mode
+hosts (``tests/testbed/testhosts.py``: real kubeadm 1.20.2, kube-apiserver, etcd,
+controller-manager and scheduler; the kubelet is the stand-in process), the same real
+Tacker 16.0.0 and the same simulated OpenStack (its servers take the hosts' addresses):
+
+* **Tacker**: a copy of our cluster package whose management driver is Tacker's sample
+  script ``kubernetes_mgmt_v2.py`` from its sdist, unchanged, with our
+  ``install_k8s_cluster.sh`` as its ``script_path`` script
+  (``tests/testbed/tacker_driver.py``). It runs in Tacker's conductor, logs in with
+  paramiko and a password, joins the workers one by one.
+* **ours**: our cluster package as it is; ``serve`` (a subprocess, subscribed to Tacker)
+  builds the cluster from the notifications over SSH with the same install script and
+  writes ``vimConnectionInfo`` back into the instance.
+
+Both packages have the same content apart from the management driver, both with room
+for 5 workers (``tacker_driver.with_room``: the package's own limit is 4).
+
+What is timed, from the LCM request's 202 (``POST .../instantiate`` or ``.../scale``):
+
+* Tacker's script: until its op-occ is COMPLETED and every node is Ready in the API
+  server. The script collects the cluster's access data and then discards it, so there
+  is no write-back to wait for;
+* ours: until every node is Ready *and* the access data is in Tacker (INSTANTIATE: our
+  ``vimConnectionInfo`` entry in Tacker's stored instance) or, for SCALE_OUT (the
+  access data is unchanged), serve's job for the op-occ is done.
+
+Both ends are polled once a second (the nodes with the real ``kubectl`` from this
+process). Cases (``--cases``, default all):
+
+* ``simple``: INSTANTIATE 1 master + 2 workers;
+* ``complex``: INSTANTIATE 3 masters behind the VIP (haproxy, keepalived) + 2 workers;
+* ``scale_out``: SCALE_OUT by 3 workers (3 steps of ``workerNode_scale``) of a simple
+  cluster instantiated just before (not timed).
+
+The last line is ``ratio=<Tacker's total / ours>`` over the cases run.
+
+What differs from a real deployment (the same for both unless said):
+
+* the VMs are sshd hosts in network namespaces of this machine: no VM boot, no cloud-init,
+  no image; OpenStack (Keystone, Heat, Nova, Neutron) is the simulator, so Heat's part
+  of each op takes about a second;
+* the install script skips its packages and CNI phases (``K8S_SKIP_PHASES``: no apt,
+  no container runtime, no Cilium) and kubeadm's preflight; the binaries are already
+  on the hosts. So the time of both is the orchestration plus kubeadm, not downloads;
+* the kubelet is a stand-in that registers the node and reports it Ready: no pods run;
+* for Tacker's script only (``tests/testbed/tacker_driver.py`` says why): the test
+  user has passwordless sudo (as a cloud image's default user does); each host has a
+  private ``/etc/hosts`` the script's ``sudo mv`` can replace; the hosts already carry
+  the names the script gives (``master<octet>``/``worker<octet>``); a ``kubectl`` shim
+  says "command not found" until the install has left a kubeconfig (the packages phase
+  would bring kubectl on a VM); a ``cilium`` shim answers ``cilium status --wait`` once
+  every node is Ready (no CNI); the install script's environment comes from sshd's
+  ``SetEnv``; the hosts get a default route on their own link (no gateway), without
+  which ``kubeadm token create`` warns on stderr and the script's SCALE_OUT fails. The
+  script's ``CIS-node`` worker labels need the server's compute host
+  (``OS-EXT-SRV-ATTR:host``), which the simulated Heat does not give: it labels nothing
+  here; on a real cloud it runs one ``kubectl label`` per worker more;
+* ours logs in as root with a key on the masters and as the test user with a password
+  on the workers; Tacker's script uses the password on every node.
+
+Needs root and the real parts (``scripts/setup.d/10-sshd.sh``, ``20-tacker.sh``,
+``21-tacker-sdist.sh``, ``40-k8s.sh``). Takes several minutes a case:
+``sudo .venv/bin/python bench/vs_tacker.py [--cases simple,complex,scale_out]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python bench/vs_tacker.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from benchlib import machine  # noqa: E402
+
+from tests.testbed import tacker_bed, tacker_driver, testhosts  # noqa: E402
+from tests.testbed.cluster_vnf import k8s_params  # noqa: E402
+from tests.testbed.openstack_sim.process import SimProcess  # noqa: E402
+from tests.testbed.tacker_api import (  # noqa: E402
+    NETWORK_ID,
+    TackerClient,
+    instantiate_request,
+    terminate_and_delete,
+    unique_name,
+    wait_for,
+)
+from tests.testbed.tacker_serve import VIM_KEY, ServeProcess, serve_config  # noqa: E402
+from tests.testbed.testhosts import TestBed, TestHost  # noqa: E402
+
+TIMEOUT = 900.0
+POLL = 1.0
+MAX_WORKERS = 5  # 2 at instantiation + the SCALE_OUT's 3
+FAILED = ("FAILED_TEMP", "FAILED", "ROLLED_BACK")
+
+
+@dataclass(frozen=True)
+class Case:
+    flavour: str
+    masters: int
+    workers: int  # at instantiation
+    added: int = 0  # by the timed SCALE_OUT (0: the INSTANTIATE is timed)
+
+    @property
+    def hosts(self) -> int:
+        return self.masters + self.workers + self.added
+
+    @property
+    def what(self) -> str:
+        if self.added:
+            return f"SCALE_OUT by {self.added} workers ({self.masters} master + {self.workers})"
+        return f"INSTANTIATE {self.flavour} ({self.masters} master(s) + {self.workers} workers)"
+
+
+CASES = {
+    "simple": Case("simple", 1, 2),
+    "complex": Case("complex", 3, 2),
+    "scale_out": Case("simple", 1, 2, added=3),
+}
+
+
+def split(case: Case, hosts: TestBed) -> tuple[list[TestHost], list[TestHost], list[TestHost]]:
+    """(masters, workers at instantiation, workers the SCALE_OUT adds): the simulator hands
+    the hosts' addresses out in order, masters first."""
+    h = hosts.hosts
+    m, w = case.masters, case.workers
+    return h[:m], h[m : m + w], h[m + w : case.hosts]
+
+
+def all_ready(hosts: TestBed, master: TestHost, count: int) -> bool:
+    nodes = testhosts.ready_nodes(hosts, master)
+    return len(nodes) == count and all(nodes.values())
+
+
+def until(end: Callable[[], bool], what: str) -> float:
+    """Seconds until ``end()`` (polled every second), from now."""
+    t0 = time.monotonic()
+    wait_for(lambda: end() or None, timeout=TIMEOUT, interval=POLL, what=what)
+    return time.monotonic() - t0
+
+
+def scale_request(added: int, params: dict[str, Any]) -> dict[str, Any]:
+    """SCALE_OUT by ``added`` steps of one worker; Tacker's script reads the installation
+    parameters from the request, so both are given them."""
+    return {
+        "type": "SCALE_OUT",
+        "aspectId": "workerNode_scale",
+        "numberOfSteps": added,
+        "additionalParams": params,
+    }
+
+
+def timed_op(
+    tacker: TackerClient,
+    case: Case,
+    vnfd: str,
+    name: str,
+    body: dict[str, Any],
+    params: dict[str, Any],
+    end: Callable[[str, str, int, str], bool],
+) -> float:
+    """Create an instance and INSTANTIATE it, then (``case.added``) SCALE_OUT; seconds from
+    the timed request's 202 until ``end(inst, occ, node count, operation)``. TERMINATE and DELETE
+    after."""
+    inst = tacker.create(vnfd, unique_name(name))
+    try:
+        count = case.masters + case.workers
+        occ = tacker.start_op(inst, "instantiate", body)
+        seconds = until(lambda: end(inst, occ, count, "INSTANTIATE"), f"{name}: INSTANTIATE")
+        if case.added:
+            count += case.added
+            occ = tacker.start_op(inst, "scale", scale_request(case.added, params))
+            seconds = until(lambda: end(inst, occ, count, "SCALE"), f"{name}: SCALE_OUT")
+        return seconds
+    except BaseException:
+        print(f"{name}: op-occ {tacker.op_occ(occ).get('operationState')}", file=sys.stderr)
+        raise
+    finally:
+        terminate_and_delete(tacker, inst)
+
+
+def run_tacker(
+    case: Case, tacker: TackerClient, vnfd: str, sim: SimProcess, hosts: TestBed
+) -> float:
+    masters, workers, added = split(case, hosts)
+    with tacker_driver.prepared_hosts(hosts, masters, workers + added):
+        params = tacker_driver.driver_params(hosts, ha=case.masters > 1)
+        body = instantiate_request(
+            sim.vim_connection_info(), params, NETWORK_ID, flavour=case.flavour
+        )
+
+        def end(inst: str, occ: str, count: int, operation: str) -> bool:
+            state = tacker.op_occ(occ)["operationState"]
+            if state in FAILED:
+                raise AssertionError(f"Tacker's script: {tacker.op_occ(occ).get('error')}")
+            return state == "COMPLETED" and all_ready(hosts, masters[0], count)
+
+        return timed_op(tacker, case, vnfd, f"vs-tacker-driver-{case.flavour}", body, params, end)
+
+
+def run_ours(
+    case: Case,
+    bed: tacker_bed.BedState,
+    vnfd: str,
+    tacker: TackerClient,
+    sim: SimProcess,
+    hosts: TestBed,
+    tmp: Path,
+) -> float:
+    masters, _, _ = split(case, hosts)
+    serve = ServeProcess(tmp, serve_config(bed, sim, hosts))
+    serve.start(timeout=120.0)  # a loaded machine: other runs share the 2 cores
+    try:
+        tacker.wait_subscribed(serve.callback_url, timeout=60)
+        params = k8s_params(
+            master_user="root",
+            worker_user=hosts.user or "root",
+            key=str(hosts.client_key),
+            password=hosts.password,
+            ha=case.masters > 1,
+        )
+        body = instantiate_request(
+            sim.vim_connection_info(), params, NETWORK_ID, flavour=case.flavour
+        )
+
+        def end(inst: str, occ: str, count: int, operation: str) -> bool:
+            if not all_ready(hosts, masters[0], count):
+                return False
+            if operation == "INSTANTIATE":
+                return VIM_KEY in (tacker_bed.stored_vim_connection_info(bed, inst) or {})
+            mine = [
+                e
+                for e in serve.events()
+                if e["vnfLcmOpOccId"] == occ and e["operationState"] == "COMPLETED"
+            ]
+            if any(e["status"] == "failed" for e in mine):
+                raise AssertionError(f"serve's job of {occ} failed")
+            return any(e["status"] == "done" for e in mine)
+
+        return timed_op(tacker, case, vnfd, f"vs-tacker-serve-{case.flavour}", body, params, end)
+    finally:
+        serve.stop()
+        tacker.unsubscribe_all(serve.callback_url)
+
+
+def fresh(hosts: TestBed) -> None:
+    """The hosts as new VMs: no cluster, no files, their own names."""
+    testhosts.reset_cluster(hosts)
+    for host in hosts.hosts:
+        subprocess.run(["nsenter", "-t", str(host.pid), "-u", "hostname", host.name], check=False)
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def parse(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: %(default)s")
+    cases = [c for c in parser.parse_args(argv).cases.split(",") if c]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown or not cases:
+        parser.error(f"unknown cases {unknown}; known: {', '.join(CASES)}")
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    cases = parse(argv)
+    print(machine())
+    count = max(CASES[c].hosts for c in cases)
+    hosts = testhosts.create(count, password=True, kubernetes="real")
+    sim = SimProcess(
+        server_pool=",".join(h.address for h in hosts.hosts), vip_pool=hosts.unused_address
+    )
+    sim.start()
+    bed = tacker_bed.start(owner_pid=os.getpid())
+    try:
+        ours_vnfd = tacker_bed.build_and_onboard(
+            bed, extra=dict(tacker_driver.flavours(max_workers=MAX_WORKERS))
+        )
+        driver_vnfd = tacker_driver.build_and_onboard_driver_package(bed, max_workers=MAX_WORKERS)
+        tacker = TackerClient(bed.url)
+        t_tacker = t_ours = 0.0
+        for name in cases:
+            case = CASES[name]
+            fresh(hosts)
+            tacker_s = run_tacker(case, tacker, driver_vnfd, sim, hosts)
+            print(
+                f"{name}: {case.what}, Tacker's v2 script {tacker_s:.1f} s "
+                f"(202 -> op-occ COMPLETED, every node Ready; load {loadavg()})",
+                flush=True,
+            )
+            fresh(hosts)
+            with tempfile.TemporaryDirectory(prefix="vs-tacker-") as tmp:
+                ours_s = run_ours(case, bed, ours_vnfd, tacker, sim, hosts, Path(tmp))
+            end = "access data in Tacker" if not case.added else "serve's job done"
+            print(
+                f"{name}: {case.what}, serve {ours_s:.1f} s (202 -> every node Ready, {end}; "
+                f"load {loadavg()}); Tacker/ours {tacker_s / ours_s:.2f}",
+                flush=True,
+            )
+            t_tacker += tacker_s
+            t_ours += ours_s
+        fresh(hosts)
+        print(f"total ({', '.join(cases)}): Tacker {t_tacker:.1f} s, ours {t_ours:.1f} s")
+        print(f"ratio={t_tacker / t_ours:.2f}")
+    finally:
+        tacker_bed.stop(bed)
+        sim.stop()
+        testhosts.destroy(hosts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
