@@ -67,6 +67,7 @@ from tests.testbed import tacker_bed, testhosts  # noqa: E402
 from tests.testbed.cluster_vnf import k8s_params, v1_params  # noqa: E402
 from tests.testbed.openstack_sim.process import SimProcess  # noqa: E402
 from tests.testbed.tacker_api import (  # noqa: E402
+    NETWORK_ID,
     CallbackRecorder,
     TackerClient,
     ext_virtual_links,
@@ -79,17 +80,9 @@ from tests.testbed.tacker_v1 import (  # noqa: E402
     v1_vim_connection_info,
 )
 
-NETWORK_ID = "8a5c7f0e-3b2d-4c1e-9f6a-0d1e2f3a4b5c"
 K8S_VIM = "ETSINFV.KUBERNETES.V_1"
 SCALE_ASPECT = {"v1": "worker_instance", "v2": "workerNode_scale"}  # the packages' aspects
 OPEN = ("pending", "running", "retry")  # an event whose job is yet to settle
-# What install_k8s_cluster.sh needs on these hosts (no apt, no CNI, no kubeadm preflight:
-# there is no VM kernel or container runtime to check); on real VMs none of it is set.
-SCRIPT_ENV = {
-    "K8S_SKIP_PHASES": "packages,cni",
-    "K8S_VERSION": testhosts.K8S_VERSION,
-    "K8S_KUBEADM_EXTRA": "--ignore-preflight-errors=all --skip-phases=preflight",
-}
 
 
 class DemoError(Exception):
@@ -509,7 +502,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
                     "handlers": "on",
                     "token_wait_timeout": 60.0,
                     "install_timeout": 600.0,
-                    "script_env": SCRIPT_ENV
+                    "script_env": testhosts.SCRIPT_ENV
                     if args.kubernetes == "real"
                     else {"K8S_SKIP_PHASES": "packages,cni"},
                     # Nothing can exec into a stand-in kubelet's pods: etcdctl on the master.

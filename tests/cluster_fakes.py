@@ -56,6 +56,8 @@ from tests.testbed.cluster_vnf import (
 )
 
 __all__ = [
+    "INSTANTIATE_HEAD",
+    "INSTANTIATE_TAIL",
     "MASTER_CP",
     "STORAGE_CP",
     "VIP_CP",
@@ -81,6 +83,29 @@ __all__ = [
     "with_services",
     "with_storage_server",
 ]
+
+# INSTANTIATE's steps before and after its masters' (``init-master-*``, ``join-master-*``).
+INSTANTIATE_HEAD = (
+    "confirm",
+    "load-params",
+    "discover",
+    "upload-scripts",
+    "configure-hosts",
+    "configure-proxy",
+)
+INSTANTIATE_TAIL = (
+    "join-workers",
+    "configure-registry",
+    "label-workers",
+    "install-helm",
+    "storage-server",
+    "nfs-client",
+    "register-pvs",
+    "admin-token",
+    "cluster-access",
+    "register-vim",
+    "write-back",
+)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,18 @@ def _key(body: dict[str, Any]) -> tuple[str, str]:
     return body["vnfLcmOpOccId"], body["operationState"]
 
 
+async def streaming(
+    relay: ServeProcess, bootstrap: str, topic: str, partitions: int, *, senders: int, pause: float
+) -> Stream:
+    """``topic`` made, ``relay`` started and ready, and a stream of posts to it running."""
+    await create_topic(bootstrap, topic, partitions=partitions)
+    relay.start()
+    await relay.ready()
+    stream = Stream(lambda: [relay.url], senders=senders, pause=pause)
+    stream.start()
+    return stream
+
+
 async def test_a_relay_killed_mid_stream_acknowledged_only_what_the_topic_holds(
     tmp_path: Path,
 ) -> None:
@@ -81,11 +93,7 @@ async def test_a_relay_killed_mid_stream_acknowledged_only_what_the_topic_holds(
     topic = uid("relay-kill")
     relay = relay_process(tmp_path, broker.bootstrap, topic, "relay-a")
     try:
-        await create_topic(broker.bootstrap, topic, partitions=3)
-        relay.start()
-        await relay.ready()
-        stream = Stream(lambda: [relay.url], senders=3, pause=0.01)
-        stream.start()
+        stream = await streaming(relay, broker.bootstrap, topic, 3, senders=3, pause=0.01)
         await asyncio.sleep(3)
         relay.kill(signal.SIGKILL)  # mid-stream: sends in flight get no answer
         acked_at_kill = len(stream.acked)
@@ -118,11 +126,7 @@ async def test_a_broker_killed_mid_stream_makes_the_relay_answer_503_and_say_why
     topic = uid("broker-kill")
     relay = relay_process(tmp_path, broker.bootstrap, topic, "relay-b")
     try:
-        await create_topic(broker.bootstrap, topic, partitions=1)
-        relay.start()
-        await relay.ready()
-        stream = Stream(lambda: [relay.url], senders=2, pause=0.02)
-        stream.start()
+        stream = await streaming(relay, broker.bootstrap, topic, 1, senders=2, pause=0.02)
         await asyncio.sleep(2)
         broker.process.send_signal(signal.SIGKILL)
         broker.process.wait(10)

@@ -103,6 +103,24 @@ def handled(serve: ServeProcess, occ: str, *, timeout: float = 600.0) -> dict[st
     return wait_for(done, timeout=timeout, interval=2.0, what=f"serve's job of {occ}")  # type: ignore[no-any-return]
 
 
+def cluster_fixture(name: str, flavour: str) -> Any:
+    """A module fixture ``name``: VNF-A of ``flavour``, instantiated by Tacker with the
+    cluster package and built by the module's ``serve``; terminated and deleted after."""
+
+    def cluster(
+        bed: tacker_bed.BedState,
+        tacker: TackerClient,
+        k8s_sim: SimProcess,
+        loop_hosts: TestBed,
+        serve: ServeProcess,
+    ) -> Iterator[ClusterVnf]:
+        with instantiate_cluster(flavour, bed, tacker, k8s_sim, loop_hosts, serve) as vnf:
+            yield vnf
+
+    cluster.__doc__ = f"VNF-A, {flavour} flavour: instantiated by Tacker, built by serve."
+    return pytest.fixture(scope="module", name=name)(cluster)
+
+
 def tacker_k8s(vim: dict[str, Any], deployment: str | None = None) -> dict[str, Any]:
     """Ask the cluster through ``vim`` with Tacker's own Kubernetes client (its venv)."""
     out = subprocess.run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import shlex
@@ -10,7 +11,8 @@ import ssl
 import time
 import urllib.request
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
@@ -18,10 +20,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.utils import CryptographyDeprecationWarning
 
-from subscriber.config import SshSettings
+from subscriber.config import ClusterSettings, HookSettings, SshSettings
 from subscriber.service import Service
 from subscriber.ssh import CommandResult, SshPool, SshTarget
 from tests import REPO
+from tests.cluster_fakes import FakeOpenStack, FakeTacker, cluster_service
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
 from tests.testbed import testhosts
@@ -72,6 +75,35 @@ async def instantiate_and_stop(svc: Service, inst: str, occ: str) -> float:
         assert event.status == "done", (job, [(s.name, s.status, s.error) for s in steps])
         return elapsed
     finally:
+        await svc.stop()
+
+
+@contextlib.asynccontextmanager
+async def hooked_cluster(
+    hosts: TestBed,
+    tmp_path: Path,
+    tacker: FakeTacker,
+    openstack: FakeOpenStack,
+    cluster: ClusterSettings,
+    token: str,
+) -> AsyncIterator[tuple[Service, SshPool]]:
+    """serve's Service with the real cluster handlers and the hooks on (``token``), on a
+    SQLite file, and an SSH pool to the hosts for the test's own checks; both stopped at
+    the end."""
+    svc = await cluster_service(
+        f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}",
+        tacker,
+        openstack,
+        cluster,
+        ssh=ssh_settings(hosts),
+        update={"hooks": HookSettings(token=token)},
+    )
+    pool = SshPool(ssh_settings(hosts))
+    await pool.start()
+    try:
+        yield svc, pool
+    finally:
+        await pool.stop()
         await svc.stop()
 
 

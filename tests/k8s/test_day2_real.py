@@ -17,10 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from subscriber.config import ClusterSettings, HookSettings
-from subscriber.ssh import SshPool
+from subscriber.config import ClusterSettings
 from tests.cluster_fakes import (
-    cluster_service,
     cluster_vnf,
     k8s_params,
     lcm_op_occ,
@@ -29,7 +27,7 @@ from tests.cluster_fakes import (
 )
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
-from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, run, ssh_settings, wait_for
+from tests.k8s.helpers import SCRIPT_ENV, hooked_cluster, kubectl_json, run, wait_for
 from tests.testbed import testhosts
 from tests.testbed.testhosts import TestBed, nodes_ready
 
@@ -50,94 +48,77 @@ async def test_scale_in_drains_real_pods_before_the_vm_goes(hosts: TestBed, tmp_
     tacker, openstack, inst, occ = cluster_vnf(
         [master.address], [stays.address, leaves.address], params=params
     )
-    svc = await cluster_service(
-        f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}",
-        tacker,
-        openstack,
-        CLUSTER,
-        ssh=ssh_settings(hosts),
-        update={"hooks": HookSettings(token=TOKEN)},
-    )
-    pool = SshPool(ssh_settings(hosts))
-    await pool.start()
-    try:
-        async with aiohttp.ClientSession() as http:
+    async with (
+        hooked_cluster(hosts, tmp_path, tacker, openstack, CLUSTER, TOKEN) as (svc, pool),
+        aiohttp.ClientSession() as http,
+    ):
 
-            async def notify(operation: str, occ_id: str, count: int) -> None:
-                body = op_occ(
-                    instance=inst, op_occ_id=occ_id, operation=operation, state="COMPLETED"
-                )
-                async with http.post(callback_url(svc), json=body) as r:
-                    assert r.status == 204
-                events = await wait_settled(svc, count, timeout=600)
-                assert all(e.status == "done" for e in events), [
-                    (e.id, e.status, e.status_detail) for e in events
-                ]
+        async def notify(operation: str, occ_id: str, count: int) -> None:
+            body = op_occ(instance=inst, op_occ_id=occ_id, operation=operation, state="COMPLETED")
+            async with http.post(callback_url(svc), json=body) as r:
+                assert r.status == 204
+            events = await wait_settled(svc, count, timeout=600)
+            assert all(e.status == "done" for e in events), [
+                (e.id, e.status, e.status_detail) for e in events
+            ]
 
-            await notify("INSTANTIATE", occ, 1)
+        await notify("INSTANTIATE", occ, 1)
 
-            # Four replicas, on the worker that will leave (the other is cordoned meanwhile).
-            gone, kept = name("worker", leaves.address), name("worker", stays.address)
-            await run(pool, master, f"{KUBECTL} cordon {kept}")
-            await run(
-                pool,
-                master,
-                f"{KUBECTL} create deployment web --image=k8s.gcr.io/pause:3.2 --replicas=4",
+        # Four replicas, on the worker that will leave (the other is cordoned meanwhile).
+        gone, kept = name("worker", leaves.address), name("worker", stays.address)
+        await run(pool, master, f"{KUBECTL} cordon {kept}")
+        await run(
+            pool,
+            master,
+            f"{KUBECTL} create deployment web --image=k8s.gcr.io/pause:3.2 --replicas=4",
+        )
+
+        async def web_on(node: str) -> list[dict[str, Any]] | None:
+            pods = (await kubectl_json(pool, master, "get pods -l app=web"))["items"]
+            live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+            ok = len(live) == 4 and all(
+                p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running"
+                for p in live
             )
+            return live if ok else None
 
-            async def web_on(node: str) -> list[dict[str, Any]] | None:
-                pods = (await kubectl_json(pool, master, "get pods -l app=web"))["items"]
-                live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-                ok = len(live) == 4 and all(
-                    p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running"
-                    for p in live
-                )
-                return live if ok else None
+        before = await wait_for(lambda: web_on(gone), 90, f"4 web pods Running on {gone}")
+        await run(pool, master, f"{KUBECTL} uncordon {kept}")
 
-            before = await wait_for(lambda: web_on(gone), 90, f"4 web pods Running on {gone}")
-            await run(pool, master, f"{KUBECTL} uncordon {kept}")
+        # The hook: Tacker is about to delete the leaving worker's VM.
+        scale = lcm_op_occ(tacker, inst, "SCALE")
+        url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        request = {
+            "vnfInstanceId": inst,
+            "vnfLcmOpOccId": scale,
+            "point": "scale_start",
+            "servers": [server_at(tacker, openstack, inst, leaves.address)],
+        }
+        async with http.post(url, json=request, headers=auth) as r:
+            assert r.status == 202
+        async with asyncio.timeout(300):
+            while True:
+                async with http.get(f"{url}/{scale}/scale_start", headers=auth) as r:
+                    answer = await r.json()
+                if answer["status"] in ("done", "failed"):
+                    break
+                await asyncio.sleep(0.5)
+        assert answer["status"] == "done" and answer["nodes"] == [gone], answer
 
-            # The hook: Tacker is about to delete the leaving worker's VM.
-            scale = lcm_op_occ(tacker, inst, "SCALE")
-            url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
-            auth = {"Authorization": f"Bearer {TOKEN}"}
-            request = {
-                "vnfInstanceId": inst,
-                "vnfLcmOpOccId": scale,
-                "point": "scale_start",
-                "servers": [server_at(tacker, openstack, inst, leaves.address)],
-            }
-            async with http.post(url, json=request, headers=auth) as r:
-                assert r.status == 202
-            async with asyncio.timeout(300):
-                while True:
-                    async with http.get(f"{url}/{scale}/scale_start", headers=auth) as r:
-                        answer = await r.json()
-                    if answer["status"] in ("done", "failed"):
-                        break
-                    await asyncio.sleep(0.5)
-            assert answer["status"] == "done" and answer["nodes"] == [gone], answer
+        # The pods were evicted to the worker that stays, the node is gone from the
+        # cluster, and the VM was never needed for any of it after the answer.
+        after = await wait_for(lambda: web_on(kept), 90, f"4 web pods Running on {kept}")
+        assert not {p["metadata"]["name"] for p in before} & {p["metadata"]["name"] for p in after}
+        nodes = await kubectl_json(pool, master, "get nodes")
+        assert gone not in nodes_ready(nodes)
 
-            # The pods were evicted to the worker that stays, the node is gone from the
-            # cluster, and the VM was never needed for any of it after the answer.
-            after = await wait_for(lambda: web_on(kept), 90, f"4 web pods Running on {kept}")
-            assert not {p["metadata"]["name"] for p in before} & {
-                p["metadata"]["name"] for p in after
-            }
-            nodes = await kubectl_json(pool, master, "get nodes")
-            assert gone not in nodes_ready(nodes)
-
-            # Tacker deletes the VM and notifies COMPLETED: the cluster already agrees.
-            remove_vnfc(tacker, openstack, inst, leaves.address)
-            testhosts.wipe_host(hosts, leaves)
-            await notify("SCALE", scale, 3)  # INSTANTIATE, the hook's PROCESSING, COMPLETED
-            nodes = await kubectl_json(pool, master, "get nodes")
-            assert nodes_ready(nodes) == {name("master", master.address): True, kept: True}
-            assert {n.name for n in await svc.store.inventory.nodes(inst)} == set(
-                nodes_ready(nodes)
-            )
-            hosts_file = (hosts.root / "hosts" / stays.name / "hosts").read_text()
-            assert gone not in hosts_file
-    finally:
-        await pool.stop()
-        await svc.stop()
+        # Tacker deletes the VM and notifies COMPLETED: the cluster already agrees.
+        remove_vnfc(tacker, openstack, inst, leaves.address)
+        testhosts.wipe_host(hosts, leaves)
+        await notify("SCALE", scale, 3)  # INSTANTIATE, the hook's PROCESSING, COMPLETED
+        nodes = await kubectl_json(pool, master, "get nodes")
+        assert nodes_ready(nodes) == {name("master", master.address): True, kept: True}
+        assert {n.name for n in await svc.store.inventory.nodes(inst)} == set(nodes_ready(nodes))
+        hosts_file = (hosts.root / "hosts" / stays.name / "hosts").read_text()
+        assert gone not in hosts_file

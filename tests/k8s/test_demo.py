@@ -33,52 +33,69 @@ def seconds(age: str) -> int:
     return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smhd])", age))
 
 
-def test_demo_builds_a_cluster_reachable_through_the_written_back_entry(
-    bed: tb.BedState, tmp_path: Path
-) -> None:
-    assert bed.vnfd_id
+def run_demo(bed: tb.BedState, tmp_path: Path, *args: str) -> tuple[str, str]:
+    """The demo on the run's bed; its stdout and stderr once it succeeded."""
     state = tmp_path / "bed.json"
     state.write_text(json.dumps(asdict(bed)))
     out = subprocess.run(
-        [sys.executable, str(DEMO), "--scale", "--heal", "--bed-state", str(state)],
+        [sys.executable, str(DEMO), *args, "--bed-state", str(state)],
         capture_output=True,
         text=True,
         timeout=840,
     )
-    text = out.stdout
-    assert out.returncode == 0, text[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout, out.stderr
+
+
+def assert_each_completed_with_its_job(text: str, source: str) -> None:
+    """Each operation's op-occ COMPLETED, and serve's job for it (from ``source``) done."""
+    for operation in ("INSTANTIATE", "SCALE", "HEAL", "TERMINATE"):
+        assert re.search(
+            rf"Tacker: {operation} COMPLETED .*\n\s+serve:\s+COMPLETED \(from {source}\): job done",
+            text,
+        ), [line for line in text.splitlines() if "Tacker:" in line or "serve:" in line]
+
+
+def healed_worker_is_youngest(text: str) -> str:
+    """The node tables after INSTANTIATE, SCALE_OUT and HEAL: three nodes, then four, all
+    Ready; the healed worker (one of INSTANTIATE's, not the one SCALE_OUT added) had its
+    old Node deleted and its rebuilt VM joined again under the same name, so it is now the
+    youngest node. Returns its name."""
+    tables = re.findall(r"NAME\s+STATUS.*?\n((?:\s+\S+\s+Ready.*\n)+)", text)
+    assert [len(t.strip().splitlines()) for t in tables] == [3, 4, 4], tables
+    healed = re.search(r"HEAL of worker VNFC \S+ \((\S+), its VM broken\)", text)
+    assert healed, text[-3000:]
+    name = "worker" + healed.group(1).rsplit(".", 1)[1]
+    ages = {
+        row.split()[0]: row.split()[3]  # NAME STATUS ROLES AGE
+        for row in tables[2].strip().splitlines()
+    }
+    assert ages[name] == min(ages.values(), key=seconds), ages
+    return name
+
+
+def test_demo_builds_a_cluster_reachable_through_the_written_back_entry(
+    bed: tb.BedState, tmp_path: Path
+) -> None:
+    assert bed.vnfd_id
+    text, stderr = run_demo(bed, tmp_path, "--scale", "--heal")
     # The cluster job, live, step by step.
     for step in ("discover", "init-master-master", "join-workers", "write-back"):
         assert re.search(rf"cluster-instantiate\s+{step}\S*\s+done", text), step
     assert re.search(r"cluster-scale\s+join-workers\s+done .* worker\d+", text)
     # With Tacker's hooks (the default): each op-occ COMPLETED only with its job done.
     assert "Tacker's hooks     http://127.0.0.1:" in text
-    for operation in ("INSTANTIATE", "SCALE", "HEAL", "TERMINATE"):
-        assert re.search(
-            rf"Tacker: {operation} COMPLETED .*\n\s+serve:\s+COMPLETED \(from hook\): job done",
-            text,
-        ), [line for line in text.splitlines() if "Tacker:" in line or "serve:" in line]
+    assert_each_completed_with_its_job(text, "hook")
     assert "entry Tacker now holds (handed back inside the INSTANTIATE)" in text
     assert not bed.hook_config.exists()  # the other tests run without the hook
     # The entry Tacker holds, token masked ...
     assert "vimType      ETSINFV.KUBERNETES.V_1" in text
     assert re.search(r"bearer_token eyJ\w{3}\.\.\.\(\d+ chars\)", text)
-    assert not re.search(r"eyJ[\w-]{20,}", text + out.stderr)  # no token anywhere
+    assert not re.search(r"eyJ[\w-]{20,}", text + stderr)  # no token anywhere
     # ... and the nodes through it: three, then four after SCALE_OUT, all Ready.
-    tables = re.findall(r"NAME\s+STATUS.*?\n((?:\s+\S+\s+Ready.*\n)+)", text)
-    assert [len(t.strip().splitlines()) for t in tables] == [3, 4, 4], tables
-    # The healed worker (the oldest, not the one SCALE_OUT added): its old Node deleted,
-    # the rebuilt VM joined again under the same name, so now it is the youngest node.
-    healed = re.search(r"HEAL of worker VNFC \S+ \((\S+), its VM broken\)", text)
-    assert healed, text[-3000:]
-    name = "worker" + healed.group(1).rsplit(".", 1)[1]
+    name = healed_worker_is_youngest(text)
     assert re.search(r"cluster-heal\s+retire-nodes\s+done", text)
     assert re.search(rf"cluster-heal\s+join-workers\s+done .* {name}", text)
-    ages = {
-        row.split()[0]: row.split()[3]  # NAME STATUS ROLES AGE
-        for row in tables[2].strip().splitlines()
-    }
-    assert ages[name] == min(ages.values(), key=seconds), ages
     assert "Tacker's vimConnectionInfo now: {}; serve forgot the cluster" in text
 
 
@@ -92,22 +109,9 @@ def test_demo_api_v1_scales_and_heals_on_the_real_control_plane_behind_its_kuber
     run on the real control plane, and TERMINATE deletes the VIM, and Tacker its key."""
     keys = SimControl(bed.sim_url)
     before = {s["id"] for s in keys.state()["secrets"]}
-    state = tmp_path / "bed.json"
-    state.write_text(json.dumps(asdict(bed)))
-    out = subprocess.run(
-        [sys.executable, str(DEMO), "--api", "v1", "--scale", "--heal", "--bed-state", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    text = out.stdout
-    assert out.returncode == 0, text[-3000:] + out.stderr[-3000:]
+    text, _ = run_demo(bed, tmp_path, "--api", "v1", "--scale", "--heal")
     assert "hooks     off (v1 has no management-driver scripts)" in text
-    for operation in ("INSTANTIATE", "SCALE", "HEAL", "TERMINATE"):
-        assert re.search(
-            rf"Tacker: {operation} COMPLETED .*\n\s+serve:\s+COMPLETED \(from http\): job done",
-            text,
-        ), [line for line in text.splitlines() if "Tacker:" in line or "serve:" in line]
+    assert_each_completed_with_its_job(text, "http")
     assert re.search(r"cluster-instantiate\s+register-vim\s+done", text)
     # Seed 000's `vnflcm show`: the VIM and its URL (the first host is the master).
     inst = re.search(r"INSTANTIATE \(simple flavour\) of VNF instance (\S+) \(API v1\)", text)
@@ -119,13 +123,7 @@ def test_demo_api_v1_scales_and_heals_on_the_real_control_plane_behind_its_kuber
     regions = re.search(r"regions \(the cluster's namespaces.*\): (.+)", text)
     assert regions and {"default", "kube-system"} <= set(regions.group(1).split(", "))
     # Three nodes, four after SCALE_OUT; the healed worker rejoined, the youngest again.
-    tables = re.findall(r"NAME\s+STATUS.*?\n((?:\s+\S+\s+Ready.*\n)+)", text)
-    assert [len(t.strip().splitlines()) for t in tables] == [3, 4, 4], tables
-    healed = re.search(r"HEAL of worker VNFC \S+ \((\S+), its VM broken\)", text)
-    assert healed, text[-3000:]
-    name = "worker" + healed.group(1).rsplit(".", 1)[1]
-    ages = {row.split()[0]: row.split()[3] for row in tables[2].strip().splitlines()}
-    assert ages[name] == min(ages.values(), key=seconds), ages
+    healed_worker_is_youngest(text)
     # TERMINATE: our entry and VIM gone; Tacker deleted the key it had put in Barbican.
     assert "Tacker's Kubernetes entries now: []; its VIM deleted: True" in text
     assert {s["id"] for s in keys.state()["secrets"]} == before

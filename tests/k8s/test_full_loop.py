@@ -25,7 +25,6 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 from pydantic import SecretStr
@@ -36,15 +35,14 @@ from subscriber.kernel.ports import KubernetesAccess
 from tests.k8s.full_loop import (
     K8S_VIM_TYPE,
     ClusterVnf,
+    cluster_fixture,
     handled,
-    instantiate_cluster,
     octet,
     tacker_k8s,
 )
 from tests.k8s.helpers import api_get
 from tests.testbed import tacker_bed
 from tests.testbed.openstack_sim.control import SimControl
-from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import TackerClient, terminate_and_delete, unique_name, wait_for
 from tests.testbed.tacker_serve import VIM_KEY, ServeProcess
 from tests.testbed.testhosts import TestBed
@@ -56,17 +54,8 @@ CNF_FILES = ["Files/kubernetes/deployment.yaml"]
 DEPLOYMENT = "lccn-web"  # its metadata.name, and the VDU's properties.name
 
 
-@pytest.fixture(scope="module")
-def cluster_vnf(
-    bed: tacker_bed.BedState,
-    tacker: TackerClient,
-    k8s_sim: SimProcess,
-    loop_hosts: TestBed,
-    serve: ServeProcess,
-) -> Iterator[ClusterVnf]:
-    """VNF-A, simple flavour: Tacker instantiates the cluster package; serve builds it."""
-    with instantiate_cluster("simple", bed, tacker, k8s_sim, loop_hosts, serve) as vnf:
-        yield vnf
+# VNF-A, simple flavour: Tacker instantiates the cluster package; serve builds it.
+cluster_vnf = cluster_fixture("cluster_vnf", "simple")
 
 
 def test_full_loop_serve_builds_the_cluster_and_its_vim_lists_every_node_ready(

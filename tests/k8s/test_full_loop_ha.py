@@ -24,12 +24,11 @@ import base64
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e.day2 import Loop, Member
-from tests.k8s.full_loop import K8S_VIM_TYPE, ClusterVnf, instantiate_cluster, octet, tacker_k8s
+from tests.k8s.full_loop import K8S_VIM_TYPE, ClusterVnf, cluster_fixture, octet, tacker_k8s
 from tests.testbed import tacker_bed, testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import CallbackRecorder, TackerClient, wait_for
@@ -41,17 +40,8 @@ pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.
 HA_PORT = 16443
 
 
-@pytest.fixture(scope="module")
-def ha_vnf(
-    bed: tacker_bed.BedState,
-    tacker: TackerClient,
-    k8s_sim: SimProcess,
-    loop_hosts: TestBed,
-    serve: ServeProcess,
-) -> Iterator[ClusterVnf]:
-    """VNF-A, complex flavour: three masters and two workers, built by serve."""
-    with instantiate_cluster("complex", bed, tacker, k8s_sim, loop_hosts, serve) as vnf:
-        yield vnf
+# VNF-A, complex flavour: three masters and two workers, built by serve.
+ha_vnf = cluster_fixture("ha_vnf", "complex")
 
 
 @pytest.fixture

@@ -21,13 +21,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from subscriber.config import ClusterSettings, HookSettings
-from subscriber.ssh import SshPool
-from tests.cluster_fakes import cluster_service, cluster_vnf, lcm_op_occ, uid
+from subscriber.config import ClusterSettings
+from tests.cluster_fakes import cluster_vnf, lcm_op_occ, uid
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
 from tests.k8s.conftest import restore_hostnames
-from tests.k8s.helpers import SCRIPT_ENV, kubectl_json, run, ssh_settings, wait_for
+from tests.k8s.helpers import SCRIPT_ENV, hooked_cluster, kubectl_json, run, wait_for
 from tests.ssh.test_storage import MOUNT, add_storage_vnfc, storage_params
 from tests.testbed import testhosts
 from tests.testbed.testhosts import TestBed, inside
@@ -63,115 +62,102 @@ async def test_storage_pvs_available_bound_claim_refuses_the_heal_on_the_real_ap
         [master.address], [worker.address], params=storage_params(hosts)
     )
     vnfc = add_storage_vnfc(tacker, openstack, inst, store.address, loop_device)
-    svc = await cluster_service(
-        f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}",
-        tacker,
-        openstack,
-        CLUSTER,
-        ssh=ssh_settings(hosts),
-        update={"hooks": HookSettings(token=TOKEN)},
-    )
-    pool = SshPool(ssh_settings(hosts))
-    await pool.start()
     sent = 0
-    try:
-        async with aiohttp.ClientSession() as http:
+    async with (
+        hooked_cluster(hosts, tmp_path, tacker, openstack, CLUSTER, TOKEN) as (svc, pool),
+        aiohttp.ClientSession() as http,
+    ):
 
-            async def notify(operation: str, occ_id: str) -> None:
-                nonlocal sent
-                body = op_occ(
-                    instance=inst, op_occ_id=occ_id, operation=operation, state="COMPLETED"
-                )
-                async with http.post(callback_url(svc), json=body) as r:
-                    assert r.status == 204
-                sent += 1
-                events = await wait_settled(svc, sent, timeout=600)
-                last = max(events, key=lambda e: e.id)
-                assert last.status == "done", [(e.id, e.status, e.status_detail) for e in events]
+        async def notify(operation: str, occ_id: str) -> None:
+            nonlocal sent
+            body = op_occ(instance=inst, op_occ_id=occ_id, operation=operation, state="COMPLETED")
+            async with http.post(callback_url(svc), json=body) as r:
+                assert r.status == 204
+            sent += 1
+            events = await wait_settled(svc, sent, timeout=600)
+            last = max(events, key=lambda e: e.id)
+            assert last.status == "done", [(e.id, e.status, e.status_detail) for e in events]
 
-            async def pvs() -> dict[str, tuple[str, str]]:
-                items = (await kubectl_json(pool, master, "get pv"))["items"]
-                return {
-                    p["metadata"]["name"]: (p["status"].get("phase"), p["spec"]["nfs"]["server"])
-                    for p in items
-                }
-
-            async def drain(heal: str) -> dict[str, Any]:
-                """The hook's request for the storage server's VM, and the final answer."""
-                nonlocal sent
-                url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
-                auth = {"Authorization": f"Bearer {TOKEN}"}
-                request = {
-                    "vnfInstanceId": inst,
-                    "vnfLcmOpOccId": heal,
-                    "point": "heal_start",
-                    "servers": [vnfc["computeResource"]["resourceId"]],
-                }
-                async with http.post(url, json=request, headers=auth) as r:
-                    assert r.status == 202
-                sent += 1
-                async with asyncio.timeout(300):
-                    while True:
-                        async with http.get(f"{url}/{heal}/heal_start", headers=auth) as r:
-                            answer: dict[str, Any] = await r.json()
-                        if answer["status"] in ("done", "failed"):
-                            return answer
-                        await asyncio.sleep(0.5)
-
-            await notify("INSTANTIATE", occ)
-            # The real PV controller made both Available, with the storage server's address.
-            assert await pvs() == {
-                "pv1": ("Available", store.address),
-                "pv2": ("Available", store.address),
+        async def pvs() -> dict[str, tuple[str, str]]:
+            items = (await kubectl_json(pool, master, "get pv"))["items"]
+            return {
+                p["metadata"]["name"]: (p["status"].get("phase"), p["spec"]["nfs"]["server"])
+                for p in items
             }
 
-            # A claim the real binder binds to pv1.
-            claim = {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data", "namespace": "default"},
-                "spec": {
-                    "volumeName": "pv1",
-                    "storageClassName": "",
-                    "accessModes": ["ReadWriteMany"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
+        async def drain(heal: str) -> dict[str, Any]:
+            """The hook's request for the storage server's VM, and the final answer."""
+            nonlocal sent
+            url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            request = {
+                "vnfInstanceId": inst,
+                "vnfLcmOpOccId": heal,
+                "point": "heal_start",
+                "servers": [vnfc["computeResource"]["resourceId"]],
             }
-            text = shlex.quote(json.dumps(claim))
-            await run(pool, master, f"printf '%s' {text} | {KUBECTL} apply -f -")
+            async with http.post(url, json=request, headers=auth) as r:
+                assert r.status == 202
+            sent += 1
+            async with asyncio.timeout(300):
+                while True:
+                    async with http.get(f"{url}/{heal}/heal_start", headers=auth) as r:
+                        answer: dict[str, Any] = await r.json()
+                    if answer["status"] in ("done", "failed"):
+                        return answer
+                    await asyncio.sleep(0.5)
 
-            async def bound() -> bool:
-                return (await pvs()).get("pv1", ("", ""))[0] == "Bound"
+        await notify("INSTANTIATE", occ)
+        # The real PV controller made both Available, with the storage server's address.
+        assert await pvs() == {
+            "pv1": ("Available", store.address),
+            "pv2": ("Available", store.address),
+        }
 
-            await wait_for(bound, 90, "pv1 Bound to the claim")
+        # A claim the real binder binds to pv1.
+        claim = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {
+                "volumeName": "pv1",
+                "storageClassName": "",
+                "accessModes": ["ReadWriteMany"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        text = shlex.quote(json.dumps(claim))
+        await run(pool, master, f"printf '%s' {text} | {KUBECTL} apply -f -")
 
-            # heal_start of the storage server: refused, nothing deleted.
-            refused = await drain(lcm_op_occ(tacker, inst, "HEAL"))
-            assert refused["status"] == "failed", refused
-            assert "PersistentVolumes are in use" in json.dumps(refused)
-            assert set(await pvs()) == {"pv1", "pv2"}
+        async def bound() -> bool:
+            return (await pvs()).get("pv1", ("", ""))[0] == "Bound"
 
-            # The claim gone: pv1 Released; the next heal deletes both PVs first ...
-            await run(pool, master, f"{KUBECTL} delete pvc data --wait=true")
+        await wait_for(bound, 90, "pv1 Bound to the claim")
 
-            async def released() -> bool:
-                return (await pvs()).get("pv1", ("", ""))[0] == "Released"
+        # heal_start of the storage server: refused, nothing deleted.
+        refused = await drain(lcm_op_occ(tacker, inst, "HEAL"))
+        assert refused["status"] == "failed", refused
+        assert "PersistentVolumes are in use" in json.dumps(refused)
+        assert set(await pvs()) == {"pv1", "pv2"}
 
-            await wait_for(released, 90, "pv1 Released")
-            heal = lcm_op_occ(tacker, inst, "HEAL")
-            answer = await drain(heal)
-            assert answer["status"] == "done", answer
-            assert await pvs() == {}
+        # The claim gone: pv1 Released; the next heal deletes both PVs first ...
+        await run(pool, master, f"{KUBECTL} delete pvc data --wait=true")
 
-            # ... Tacker rebuilds the VM (same address, new VNFC) and the PVs come back.
-            inside(store, "umount", "-l", MOUNT)
-            testhosts.wipe_host(hosts, store)
-            vnfc["id"] = uid()
-            await notify("HEAL", heal)
-            assert await pvs() == {
-                "pv1": ("Available", store.address),
-                "pv2": ("Available", store.address),
-            }
-    finally:
-        await pool.stop()
-        await svc.stop()
+        async def released() -> bool:
+            return (await pvs()).get("pv1", ("", ""))[0] == "Released"
+
+        await wait_for(released, 90, "pv1 Released")
+        heal = lcm_op_occ(tacker, inst, "HEAL")
+        answer = await drain(heal)
+        assert answer["status"] == "done", answer
+        assert await pvs() == {}
+
+        # ... Tacker rebuilds the VM (same address, new VNFC) and the PVs come back.
+        inside(store, "umount", "-l", MOUNT)
+        testhosts.wipe_host(hosts, store)
+        vnfc["id"] = uid()
+        await notify("HEAL", heal)
+        assert await pvs() == {
+            "pv1": ("Available", store.address),
+            "pv2": ("Available", store.address),
+        }

@@ -28,7 +28,7 @@ from tests.testbed.tacker_api import (
     unique_name,
 )
 from tests.testbed.tacker_api import terminate_and_delete as remove
-from tests.testbed.tacker_serve import VIM_KEY, ServeProcess, serve_config
+from tests.testbed.tacker_serve import VIM_KEY, ServeProcess, serve_config, subscribed_serve
 from tests.testbed.testhosts import TestBed
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(1200)]
@@ -48,18 +48,13 @@ def hooked_serve(
 ) -> Iterator[ServeProcess]:
     """``serve`` with the hooks on, subscribed to Tacker, and Tacker's conductor pointed at
     it; at teardown the conductor's hook configuration is gone again."""
+    config = {**serve_config(bed, k8s_sim, loop_hosts), "hooks": {"token": TOKEN}}
     tmp = tmp_path_factory.mktemp("serve-chain")
-    proc = ServeProcess(
-        tmp, config={**serve_config(bed, k8s_sim, loop_hosts), "hooks": {"token": TOKEN}}
-    )
-    proc.start()
-    try:
-        with hooks_pointed_at(bed, proc, TOKEN, timeout=900, poll_interval=0.5):
-            tacker.wait_subscribed(proc.callback_url, timeout=60)
-            yield proc
-    finally:
-        proc.stop()
-        tacker.unsubscribe_all(proc.callback_url)
+    with (
+        subscribed_serve(tacker, tmp, config, timeout=60) as proc,
+        hooks_pointed_at(bed, proc, TOKEN, timeout=900, poll_interval=0.5),
+    ):
+        yield proc
 
 
 def test_vnf_b_is_instantiated_on_vnf_a_the_moment_vnf_a_is_completed(

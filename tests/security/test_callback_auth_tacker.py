@@ -152,10 +152,14 @@ def assert_secret_nowhere(proc: ServeProcess, secret: str, principal: str, *even
     assert principal in ours  # the look did find our texts (a user name is no secret)
 
 
-@pytest.mark.parametrize(
+# serve's ``callback_auth.generate`` and the authType Tacker then holds for it.
+AUTH_TYPES = pytest.mark.parametrize(
     ("generate", "auth_type"),
     [("basic", "BASIC"), ("oauth2", "OAUTH2_CLIENT_CREDENTIALS")],
 )
+
+
+@AUTH_TYPES
 def test_only_the_credentials_serve_gave_tacker_get_a_notification_in(
     generate: str,
     auth_type: str,
@@ -189,10 +193,7 @@ def test_only_the_credentials_serve_gave_tacker_get_a_notification_in(
         tacker.delete(inst)
 
 
-@pytest.mark.parametrize(
-    ("generate", "auth_type"),
-    [("basic", "BASIC"), ("oauth2", "OAUTH2_CLIENT_CREDENTIALS")],
-)
+@AUTH_TYPES
 def test_tacker_v1_presents_the_generated_credentials(
     generate: str,
     auth_type: str,

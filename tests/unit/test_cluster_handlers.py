@@ -27,6 +27,8 @@ from subscriber.errors import (
 from subscriber.kernel import JobContext, RoutingTable, Services, Step, StepsFor
 from subscriber.kernel.ports import PortAddresses
 from tests.cluster_fakes import (
+    INSTANTIATE_HEAD,
+    INSTANTIATE_TAIL,
     MASTER_CP,
     FakeOpenStack,
     FakeSsh,
@@ -264,25 +266,10 @@ async def test_plan_is_pure_and_names_its_steps_before_discovery() -> None:
     plan = InstantiateCluster().plan(ctx.notification)
     assert tacker.gets == 0 and openstack.calls == []  # no I/O while planning
     assert plan.outline() == [
-        "confirm",
-        "load-params",
-        "discover",
-        "upload-scripts",
-        "configure-hosts",
-        "configure-proxy",
+        *INSTANTIATE_HEAD,
         "init-master-<node>",
         "join-master-<node>",
-        "join-workers",
-        "configure-registry",
-        "label-workers",
-        "install-helm",
-        "storage-server",
-        "nfs-client",
-        "register-pvs",
-        "admin-token",
-        "cluster-access",
-        "register-vim",
-        "write-back",
+        *INSTANTIATE_TAIL,
     ]
     # All but the user's Helm script (guarded by a marker on each master instead).
     assert [s.name for s in plan.items if isinstance(s, Step) and not s.idempotent] == [
@@ -298,13 +285,7 @@ async def test_plan_simple_expands_from_the_discovered_nodes() -> None:
     params = parse_cluster_params(k8s_params())
     ctx.results["discover"] = (await discover(tacker.instances[inst], params, openstack)).as_json()
     names = await expanded(InstantiateCluster().plan(ctx.notification).items, ctx)
-    assert names[3:8] == [
-        "upload-scripts",
-        "configure-hosts",
-        "configure-proxy",
-        "init-master-master15",
-        "join-workers",
-    ]
+    assert names == [*INSTANTIATE_HEAD, "init-master-master15", *INSTANTIATE_TAIL]
 
 
 async def test_plan_ha_joins_masters_one_by_one() -> None:
@@ -317,12 +298,8 @@ async def test_plan_ha_joins_masters_one_by_one() -> None:
     assert Topology.from_json(topo.as_json()) == topo  # a checkpoint gives the same topology
     ctx.results["discover"] = topo.as_json()
     names = await expanded(InstantiateCluster().plan(ctx.notification).items, ctx)
-    assert names[6:10] == [
-        "init-master-master21",
-        "join-master-master22",
-        "join-master-master23",
-        "join-workers",
-    ]
+    masters = ["init-master-master21", "join-master-master22", "join-master-master23"]
+    assert names == [*INSTANTIATE_HEAD, *masters, *INSTANTIATE_TAIL]
 
 
 async def test_steps_need_their_services() -> None:
