@@ -57,6 +57,11 @@ _SQLITE_CACHE_KIB = 512
 # prepared multi-row INSERT takes tens of KiB: 128 of them held ~4 MB in ingest's
 # writer after a backlog. Every statement a job or an append repeats still fits.
 _SQLITE_CACHED_STATEMENTS = 32
+# The same on PostgreSQL (SQLAlchemy's asyncpg adapter keeps 100 per connection): the
+# group commit's multi-row INSERT ... RETURNING and its dedup SELECT differ in text with
+# every batch size, and ingest's writer connection held 112 of them after a backlog
+# (~2 MB of the processes together; the other connections held 3 to 36).
+_PG_CACHED_STATEMENTS = 32
 
 
 def is_sqlite(url: str) -> bool:
@@ -178,7 +183,10 @@ class Database:
                 ),
             }
             connect_args = (
-                {"server_settings": server_settings}
+                {
+                    "server_settings": server_settings,
+                    "prepared_statement_cache_size": _PG_CACHED_STATEMENTS,
+                }
                 if make_url(self.url).get_driver_name() == "asyncpg"
                 else {}
             )
