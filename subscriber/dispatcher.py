@@ -39,6 +39,7 @@ from subscriber.lifecycle import Component, State
 from subscriber.metrics import Metrics
 from subscriber.runner import Runner
 from subscriber.store import AppendedEvent, EventRow, EventStatus, Fence, HeldLease, Store
+from subscriber.store.events import LaneSnapshot
 
 __all__ = ["Dispatcher", "choose_next", "default_worker_id"]
 
@@ -277,7 +278,18 @@ class Dispatcher(Component):
     async def _run_lane(self, lane: str, dead_owners: frozenset[str]) -> None:
         ttl = self._settings.lease_ttl
         sent = time.monotonic()
-        token = await self._store.leases.acquire(lane, self.worker_id, ttl, take_over=dead_owners)
+        leases = self._store.leases
+        first: LaneSnapshot | None = None
+        if leases.reads_with_acquire:  # the first look at the lane, in the same transaction
+            token, first = await leases.acquire_and_read(
+                lane,
+                self.worker_id,
+                ttl,
+                self._store.events.lane_snapshot_read(lane),
+                take_over=dead_owners,
+            )
+        else:
+            token = await leases.acquire(lane, self.worker_id, ttl, take_over=dead_owners)
         if token is None:
             # Another worker holds it; look again when its lease may have expired.
             self._timers[lane] = time.time() + min(ttl, self._settings.rescan_interval)
@@ -287,7 +299,7 @@ class Dispatcher(Component):
         assert me is not None
         renew = asyncio.create_task(self._renew(held, me), name=f"lease:{lane}")
         try:
-            await self._lane_loop(lane, held)
+            await self._lane_loop(lane, held, first)
         except LeaseLost as exc:
             self._lost(lane, held, str(exc))
         except asyncio.CancelledError:
@@ -311,10 +323,12 @@ class Dispatcher(Component):
         # Someone else holds it now (or soon): look again once it may be free.
         self._timers[lane] = time.time() + self._settings.lease_ttl
 
-    async def _lane_loop(self, lane: str, held: HeldLease) -> None:
+    async def _lane_loop(self, lane: str, held: HeldLease, first: LaneSnapshot | None) -> None:
+        """Run the lane's events in turn; ``first``: its snapshot read with the lease."""
         while self.state is State.RUNNING:
             held.check()
-            decision = await self._decide(lane)
+            decision = await self._decide(lane, first)
+            first = None
             if decision.stale is not None:
                 await self._store.events.set_status(
                     decision.stale.id,
@@ -344,8 +358,9 @@ class Dispatcher(Component):
                 break
             await self._runner.run(decision.event, held)
 
-    async def _decide(self, lane: str) -> Decision:
-        snap = await self._store.events.lane_snapshot(lane)
+    async def _decide(self, lane: str, snap: LaneSnapshot | None = None) -> Decision:
+        if snap is None:
+            snap = await self._store.events.lane_snapshot(lane)
         return choose_next(
             snap.open_events,
             snap.op_occ_events,

@@ -15,8 +15,10 @@ Every read and write of the store is a plain function of a SQLAlchemy
   writer waits in the kernel and is woken the moment the other commits,
   in turn, instead of SQLite's busy handler sleeping up to 100 ms between
   tries while the other process takes the lock again.
-* PostgreSQL: the asyncpg engine, each batch or read through
-  ``AsyncConnection.run_sync``.
+* PostgreSQL: the asyncpg dialect on a plain ``Engine``, each batch or read run
+  whole in one greenlet (``greenlet_spawn``, what ``AsyncConnection.run_sync`` does),
+  so SQLAlchemy's asyncio extension, whose package imports the ORM (~6 MB a
+  process), is never loaded.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -39,7 +40,6 @@ from subscriber.config import DatabaseSettings
 
 if TYPE_CHECKING:
     from sqlalchemy.dialects import postgresql, sqlite
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["Database", "is_sqlite"]
 
@@ -57,6 +57,11 @@ _SQLITE_CACHE_KIB = 512
 # prepared multi-row INSERT takes tens of KiB: 128 of them held ~4 MB in ingest's
 # writer after a backlog. Every statement a job or an append repeats still fits.
 _SQLITE_CACHED_STATEMENTS = 32
+# The same on PostgreSQL (SQLAlchemy's asyncpg adapter keeps 100 per connection): the
+# group commit's multi-row INSERT ... RETURNING and its dedup SELECT differ in text with
+# every batch size, and ingest's writer connection held 112 of them after a backlog
+# (~2 MB of the processes together; the other connections held 3 to 36).
+_PG_CACHED_STATEMENTS = 32
 
 
 def is_sqlite(url: str) -> bool:
@@ -153,7 +158,7 @@ class Database:
         self.url = settings.resolved_url()
         self.is_sqlite = is_sqlite(self.url)
         self.dialect_name = "sqlite" if self.is_sqlite else make_url(self.url).get_backend_name()
-        self._async: AsyncEngine | None = None
+        self._async: Engine | None = None  # PostgreSQL: an asyncio dialect's engine
         self._write_engine: Engine | None = None
         self._read_engine: Engine | None = None
         self._writer_thread: ThreadPoolExecutor | None = None
@@ -171,10 +176,6 @@ class Database:
             self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="lccn-db-writer")
             self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="lccn-db-reader")
         else:
-            # Imported here: the asyncio extension pulls in SQLAlchemy's ORM (~8 MB a process),
-            # which a SQLite store never uses.
-            from sqlalchemy.ext.asyncio import create_async_engine
-
             server_settings = {
                 "lock_timeout": str(int(settings.lock_timeout * 1000)),
                 "idle_in_transaction_session_timeout": str(
@@ -182,11 +183,17 @@ class Database:
                 ),
             }
             connect_args = (
-                {"server_settings": server_settings}
+                {
+                    "server_settings": server_settings,
+                    "prepared_statement_cache_size": _PG_CACHED_STATEMENTS,
+                }
                 if make_url(self.url).get_driver_name() == "asyncpg"
                 else {}
             )
-            self._async = create_async_engine(
+            # A plain Engine of the asyncio dialect (asyncpg's is the same class either
+            # way; its pool is the asyncio-adapted one): SQLAlchemy's asyncio extension
+            # would add only wrappers around it, and imports the ORM (~6 MB a process).
+            self._async = sa.create_engine(
                 self.url,
                 pool_pre_ping=True,
                 pool_size=10,
@@ -248,8 +255,13 @@ class Database:
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` in a read transaction and return its result."""
         if self._async is not None:
-            async with self._async.connect() as conn:
-                return await conn.run_sync(fn)
+            engine = self._async
+
+            def read_in_greenlet() -> T:
+                with engine.connect() as conn:
+                    return fn(conn)
+
+            return await _in_greenlet(read_in_greenlet)
         assert self._read_engine is not None
         engine = self._read_engine
 
@@ -265,8 +277,13 @@ class Database:
         An exception from any op rolls the whole batch back and propagates.
         """
         if self._async is not None:
-            async with self._async.begin() as conn:
-                return await conn.run_sync(functools.partial(_run_all, ops))
+            engine = self._async
+
+            def write_in_greenlet() -> list[Any]:
+                with engine.begin() as conn:
+                    return _run_all(ops, conn)
+
+            return await _in_greenlet(write_in_greenlet)
         assert self._write_engine is not None
         engine = self._write_engine
         turn = self._turn
@@ -287,7 +304,7 @@ class Database:
     async def dispose(self) -> None:
         """Close every connection and thread (idempotent)."""
         if self._async is not None:
-            await self._async.dispose()
+            await _in_greenlet(self._async.dispose)
         for engine in (self._write_engine, self._read_engine):
             if engine is not None:
                 engine.dispose()
@@ -298,6 +315,13 @@ class Database:
         if self._turn is not None:
             self._turn.close()
             self._turn = None
+
+
+async def _in_greenlet(fn: Callable[[], T]) -> T:
+    """Run ``fn`` in a greenlet whose driver calls await on this loop (asyncio dialects)."""
+    from sqlalchemy.util.concurrency import greenlet_spawn
+
+    return await greenlet_spawn(fn)
 
 
 def _run_all(ops: Sequence[SyncOp], conn: Connection) -> list[Any]:

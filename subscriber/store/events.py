@@ -633,6 +633,12 @@ class EventStore(Component):
 
     async def lane_snapshot(self, lane: str) -> LaneSnapshot:
         """Everything the dispatcher needs to pick a lane's next event, in one read."""
+        return await self._db.read(self.lane_snapshot_read(lane))
+
+    @staticmethod
+    def lane_snapshot_read(lane: str) -> Callable[[Connection], LaneSnapshot]:
+        """:meth:`lane_snapshot` as an operation, to run in another transaction
+        (:meth:`~subscriber.store.leases.LeaseStore.acquire_and_read`)."""
 
         def read(conn: Connection) -> LaneSnapshot:
             rows = [
@@ -656,7 +662,7 @@ class EventStore(Component):
                 }
             return LaneSnapshot(rows, states, retry_at)
 
-        return await self._db.read(read)
+        return read
 
     async def set_status(
         self,

@@ -171,6 +171,41 @@ class LeaseStore:
         of ``take_over`` (owners known to be dead, e.g. a previous process of
         this host). Returns ``None`` when another owner holds it.
         """
+        token, _ = await self._acquire(lane, owner, ttl, take_over, None)
+        return token
+
+    @property
+    def reads_with_acquire(self) -> bool:
+        """Whether :meth:`acquire_and_read` saves a transaction: on PostgreSQL each costs
+        round trips (the pool's ping, ``BEGIN``, ``COMMIT``). On SQLite the read would
+        hold the one write lock longer, which ingest's commits wait for."""
+        return self._pg
+
+    async def acquire_and_read(
+        self,
+        lane: str,
+        owner: str,
+        ttl: float,
+        read: Callable[[Connection], T],
+        *,
+        take_over: frozenset[str] = frozenset(),
+    ) -> tuple[int | None, T | None]:
+        """:meth:`acquire`, then ``read`` in the same transaction if the lease was taken.
+
+        Returns:
+            the new fencing token and ``read``'s result; ``(None, None)`` when another
+            owner holds the lease.
+        """
+        return await self._acquire(lane, owner, ttl, take_over, read)
+
+    async def _acquire(
+        self,
+        lane: str,
+        owner: str,
+        ttl: float,
+        take_over: frozenset[str],
+        read: Callable[[Connection], T] | None,
+    ) -> tuple[int | None, T | None]:
         now = time.time()
         args = {
             "b_lane": lane,
@@ -187,11 +222,13 @@ class LeaseStore:
             .returning(leases.c.token)
         )
 
-        def write(conn: Connection) -> int | None:
+        def write(conn: Connection) -> tuple[int | None, T | None]:
             token = conn.execute(st.LEASE_TAKE, args).scalar()
             if token is None:
                 token = conn.execute(insert).scalar()
-            return None if token is None else int(token)
+            if token is None:
+                return None, None
+            return int(token), (read(conn) if read is not None else None)
 
         try:
             return await self._write(write)

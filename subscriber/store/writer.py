@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from subscriber.errors import StoreError, StoreUnavailable
+from subscriber.heap import trim_malloc
 from subscriber.lifecycle import Component, State
 from subscriber.store.database import Database
 
@@ -37,6 +38,8 @@ WriteOp = Callable[[Connection], Any]
 INGEST = 0
 JOBS = 1
 _TASK = "store-writer"
+# Seconds without a write after which the writer gives the memory its batches freed back.
+_IDLE_TRIM_AFTER = 1.0
 
 
 class WriteQueue(Component):
@@ -55,6 +58,7 @@ class WriteQueue(Component):
         self._ready = asyncio.Event()
         self.batches = 0
         self.ops = 0
+        self._trimmed_at = 0  # self.batches when malloc was last trimmed
 
     async def _start(self) -> None:
         self._spawn(_TASK, self._loop, restart=True)
@@ -94,7 +98,16 @@ class WriteQueue(Component):
                 if self.state is State.STOPPING:
                     return
                 self._ready.clear()
-                await self._ready.wait()
+                if self.batches == self._trimmed_at:
+                    await self._ready.wait()
+                    continue
+                try:
+                    await asyncio.wait_for(self._ready.wait(), _IDLE_TRIM_AFTER)
+                except TimeoutError:
+                    # A burst of writes is over (ingest: a backlog stored): what its
+                    # requests, rows and statements freed goes back to the kernel.
+                    self._trimmed_at = self.batches
+                    trim_malloc()
                 continue
             batch = [heapq.heappop(self._heap) for _ in range(min(self._max, len(self._heap)))]
             await self._commit([(op, fut) for _, _, op, fut in batch])

@@ -8,7 +8,8 @@ dialect (about 2), PostgreSQL only, and the cluster handlers with their steps an
 YAML (about 2, when cluster handlers are on), and OpenTelemetry (the ``otel`` extra, only
 with ``tracing.enabled``).
 That they still work when used is the business of the ``ssh``, ``tacker`` and
-``kafka`` tiers and of the PostgreSQL tests.
+``kafka`` tiers and of the PostgreSQL tests. On PostgreSQL the store runs the asyncpg
+dialect on a plain engine, so even there the ORM and the asyncio extension stay out.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from subscriber.store.migrate import HEAD_REVISION
 from tests import REPO
@@ -47,8 +50,12 @@ UNUSED = (
 )
 
 
-def _loaded(modules: set[str]) -> list[str]:
-    return sorted(u for u in UNUSED if any(m == u or m.startswith(u + ".") for m in modules))
+# What a store on PostgreSQL needs of that list: its driver and SQLAlchemy's dialect.
+POSTGRESQL_NEEDS = ("asyncpg", "sqlalchemy.dialects.postgresql")
+
+
+def _loaded(modules: set[str], unused: tuple[str, ...] = UNUSED) -> list[str]:
+    return sorted(u for u in unused if any(m == u or m.startswith(u + ".") for m in modules))
 
 
 _SERVICE = """
@@ -84,6 +91,25 @@ def test_a_service_started_and_stopped_loads_none_of_them(tmp_path: Path) -> Non
     modules = set(json.loads(out.stdout.splitlines()[-1]))
     assert {"subscriber.service", "subscriber.tracing"} <= modules
     assert _loaded(modules) == []
+
+
+@pytest.mark.postgres
+def test_a_service_on_postgresql_loads_only_its_driver_and_dialect(pg_url: str) -> None:
+    upgraded = cli("db", "upgrade", "--database", pg_url, clean=True)
+    assert upgraded.returncode == 0, upgraded.stderr
+    out = subprocess.run(
+        [sys.executable, "-c", _SERVICE, pg_url],
+        cwd=REPO,
+        env=program_env(clean=True),
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    modules = set(json.loads(out.stdout.splitlines()[-1]))
+    assert {"subscriber.service", "asyncpg", "sqlalchemy.dialects.postgresql"} <= modules
+    unused = tuple(u for u in UNUSED if u not in POSTGRESQL_NEEDS)
+    assert _loaded(modules, unused) == []
 
 
 async def test_serve_migrates_a_new_store_and_its_processes_load_none_of_them(

@@ -241,3 +241,25 @@ async def test_a_take_over_ends_a_session_paused_mid_statement_holding_the_lease
             paused.terminate()
         # A healthy holder is never ended: a live lease blocks nothing but is just held.
         assert await store.leases.acquire(lane, "replica-c", ttl=30) is None
+
+
+async def test_a_lane_read_with_its_lease_comes_only_with_the_lease(store: Store) -> None:
+    """The dispatcher's first look at a lane, read in the lease's own transaction (on
+    PostgreSQL), is the same snapshot a read of its own gives; it is not read (nor the
+    lease taken) while another owner holds the lane."""
+    lane = uid()
+    event_id = await _append(store, lane)
+    read = store.events.lane_snapshot_read(lane)
+    token, snap = await store.leases.acquire_and_read(lane, "A", 30, read)
+    assert token == 1
+    assert snap == await store.events.lane_snapshot(lane)
+    assert snap is not None and [e.id for e in snap.open_events] == [event_id]
+    looked: list[int] = []
+
+    def watched(conn: Any) -> None:
+        looked.append(1)
+        read(conn)
+
+    assert await store.leases.acquire_and_read(lane, "B", 30, watched) == (None, None)
+    assert looked == []
+    assert (await store.leases.acquire_and_read(lane, "A", 30, read))[0] == 2  # ours again

@@ -3,13 +3,18 @@ freed memory back."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from subscriber.config import DatabaseSettings
+from subscriber.store import writer
+from subscriber.store.database import Database
 from tests import REPO
 
 _CALL = "from subscriber.heap import limit_malloc_arenas; print(limit_malloc_arenas())"
@@ -44,3 +49,30 @@ def test_arenas_are_limited_on_glibc_unless_the_environment_says() -> None:
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc_trim")
 def test_freed_memory_is_given_back() -> None:
     assert _run(_TRIM) == "True"
+
+
+async def test_the_store_writer_trims_once_a_burst_of_writes_is_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingest's writer gives back what a stored backlog freed once writes stop, once per
+    burst: never while it writes, never again while it stays idle."""
+    trims: list[int] = []
+    monkeypatch.setattr(writer, "trim_malloc", lambda: trims.append(1) or True)
+    monkeypatch.setattr(writer, "_IDLE_TRIM_AFTER", 0.05)
+    db = Database(DatabaseSettings(url=f"sqlite:///{tmp_path / 'lccn.db'}"))
+    queue = writer.WriteQueue(db)
+    await queue.start()
+    try:
+        await asyncio.sleep(0.15)
+        assert trims == []  # nothing written yet: nothing to give back
+        for _ in range(3):
+            await queue.run(lambda conn: conn.exec_driver_sql("SELECT 1").scalar())
+        assert trims == []
+        await asyncio.sleep(0.3)
+        assert trims == [1]
+        await queue.run(lambda conn: None)
+        await asyncio.sleep(0.3)
+        assert trims == [1, 1]
+    finally:
+        await queue.stop()
+        await db.dispose()
