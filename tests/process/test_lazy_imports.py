@@ -75,8 +75,9 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def test_a_service_started_and_stopped_loads_none_of_them(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}"
+def service_modules(url: str) -> set[str]:
+    """The modules a Service on the store at ``url`` (migrated first) has loaded once it
+    started and stopped, in a clean interpreter."""
     upgraded = cli("db", "upgrade", "--database", url, clean=True)
     assert upgraded.returncode == 0, upgraded.stderr
     out = subprocess.run(
@@ -88,25 +89,18 @@ def test_a_service_started_and_stopped_loads_none_of_them(tmp_path: Path) -> Non
         text=True,
         timeout=60,
     )
-    modules = set(json.loads(out.stdout.splitlines()[-1]))
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_a_service_started_and_stopped_loads_none_of_them(tmp_path: Path) -> None:
+    modules = service_modules(f"sqlite+aiosqlite:///{tmp_path / 'lccn.db'}")
     assert {"subscriber.service", "subscriber.tracing"} <= modules
     assert _loaded(modules) == []
 
 
 @pytest.mark.postgres
 def test_a_service_on_postgresql_loads_only_its_driver_and_dialect(pg_url: str) -> None:
-    upgraded = cli("db", "upgrade", "--database", pg_url, clean=True)
-    assert upgraded.returncode == 0, upgraded.stderr
-    out = subprocess.run(
-        [sys.executable, "-c", _SERVICE, pg_url],
-        cwd=REPO,
-        env=program_env(clean=True),
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    modules = set(json.loads(out.stdout.splitlines()[-1]))
+    modules = service_modules(pg_url)
     assert {"subscriber.service", "asyncpg", "sqlalchemy.dialects.postgresql"} <= modules
     unused = tuple(u for u in UNUSED if u not in POSTGRESQL_NEEDS)
     assert _loaded(modules, unused) == []
