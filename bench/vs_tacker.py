@@ -36,6 +36,13 @@ process). Cases (``--cases``, default all):
 
 The last line is ``ratio=<Tacker's total / ours>`` over the cases run.
 
+Fidelity: when a case has ended, before TERMINATE, what each driver left is read: every
+node's Ready condition, roles and labels in the API server, the node names each VM's
+``/etc/hosts`` gives an address (not the loopback line the bed adds for Tacker's sudo),
+and the Kubernetes entry of the instance's
+``vimConnectionInfo`` in Tacker's store (its keys; the values are secrets). Each case
+prints what differs between the two (``fidelity <case>: ...``), or that nothing does.
+
 What differs from a real deployment (the same for both unless said):
 
 * the VMs are sshd hosts in network namespaces of this machine: no VM boot, no cloud-init,
@@ -69,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -102,6 +110,72 @@ TIMEOUT = 900.0
 POLL = 1.0
 MAX_WORKERS = 5  # 2 at instantiation + the SCALE_OUT's 3
 FAILED = ("FAILED_TEMP", "FAILED", "ROLLED_BACK")
+
+
+# Labels that say the same thing on any node of one cluster (or are its own name).
+_PER_NODE_LABELS = ("kubernetes.io/hostname",)
+
+
+def outcome(
+    bed: tacker_bed.BedState, hosts: TestBed, master: TestHost, members: list[TestHost], inst: str
+) -> dict[str, Any]:
+    """What a driver left of the cluster of ``inst`` (see the module's "Fidelity")."""
+    nodes = testhosts.nodes_json(hosts, master) or {"items": []}
+    found: dict[str, Any] = {"nodes": {}, "etc_hosts": {}, "access": []}
+    for node in nodes["items"]:
+        labels = {
+            f"{k}={v}"
+            for k, v in node["metadata"].get("labels", {}).items()
+            if k not in _PER_NODE_LABELS
+        }
+        found["nodes"][node["metadata"]["name"]] = {
+            "ready": testhosts.nodes_ready({"items": [node]})[node["metadata"]["name"]],
+            "labels": sorted(labels),
+        }
+    for host in members:
+        lines = testhosts.inside(host, "cat", "/etc/hosts").stdout.splitlines()
+        named = {
+            " ".join(line.split()[:2])
+            for line in lines
+            if len(line.split()) >= 2
+            and not line.startswith("127.")  # the bed's own-name line for Tacker's sudo
+            and re.fullmatch(r"(master|worker)\d+", line.split()[1])
+        }
+        found["etc_hosts"][host.name] = sorted(named)
+    stored = tacker_bed.stored_vim_connection_info(bed, inst) or {}
+    for entry in stored.values():
+        if "KUBERNETES" in str(entry.get("vimType", "")).upper():
+            keys = [
+                f"{part}.{k}"
+                for part in ("interfaceInfo", "accessInfo")
+                for k in sorted(entry.get(part) or {})
+            ]
+            found["access"] = keys
+    return found
+
+
+def differences(tacker: dict[str, Any], ours: dict[str, Any]) -> list[str]:
+    """What differs between Tacker's driver's outcome and ours, one line each."""
+    lines = []
+    t_nodes, o_nodes = tacker["nodes"], ours["nodes"]
+    if sorted(t_nodes) != sorted(o_nodes):
+        lines.append(f"node names: Tacker {sorted(t_nodes)}, ours {sorted(o_nodes)}")
+    for name in sorted(set(t_nodes) & set(o_nodes)):
+        t, o = t_nodes[name], o_nodes[name]
+        if t["ready"] != o["ready"]:
+            lines.append(f"{name} Ready: Tacker {t['ready']}, ours {o['ready']}")
+        only_t = sorted(set(t["labels"]) - set(o["labels"]))
+        only_o = sorted(set(o["labels"]) - set(t["labels"]))
+        if only_t or only_o:
+            lines.append(f"{name} labels only Tacker's: {only_t}; only ours: {only_o}")
+    for host in sorted(set(tacker["etc_hosts"]) | set(ours["etc_hosts"])):
+        t_h, o_h = tacker["etc_hosts"].get(host, []), ours["etc_hosts"].get(host, [])
+        if t_h != o_h:
+            lines.append(f"{host} /etc/hosts names: Tacker {t_h}, ours {o_h}")
+    if tacker["access"] != ours["access"]:
+        t_a, o_a = tacker["access"] or "none", ours["access"] or "none"
+        lines.append(f"access data in Tacker: Tacker's {t_a}, ours {o_a}")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -168,10 +242,11 @@ def timed_op(
     body: dict[str, Any],
     params: dict[str, Any],
     end: Callable[[str, str, int, str], bool],
-) -> float:
+    left: Callable[[str], dict[str, Any]],
+) -> tuple[float, dict[str, Any]]:
     """Create an instance and INSTANTIATE it, then (``case.added``) SCALE_OUT; seconds from
-    the timed request's 202 until ``end(inst, occ, node count, operation)``. TERMINATE and DELETE
-    after."""
+    the timed request's 202 until ``end(inst, occ, node count, operation)``, and
+    ``left(inst)`` read then. TERMINATE and DELETE after."""
     inst = tacker.create(vnfd, unique_name(name))
     try:
         count = case.masters + case.workers
@@ -181,7 +256,7 @@ def timed_op(
             count += case.added
             occ = tacker.start_op(inst, "scale", scale_request(case.added, params))
             seconds = until(lambda: end(inst, occ, count, "SCALE"), f"{name}: SCALE_OUT")
-        return seconds
+        return seconds, left(inst)
     except BaseException:
         print(f"{name}: op-occ {tacker.op_occ(occ).get('operationState')}", file=sys.stderr)
         raise
@@ -190,8 +265,13 @@ def timed_op(
 
 
 def run_tacker(
-    case: Case, tacker: TackerClient, vnfd: str, sim: SimProcess, hosts: TestBed
-) -> float:
+    case: Case,
+    bed: tacker_bed.BedState,
+    tacker: TackerClient,
+    vnfd: str,
+    sim: SimProcess,
+    hosts: TestBed,
+) -> tuple[float, dict[str, Any]]:
     masters, workers, added = split(case, hosts)
     with tacker_driver.prepared_hosts(hosts, masters, workers + added):
         params = tacker_driver.driver_params(hosts, ha=case.masters > 1)
@@ -205,7 +285,13 @@ def run_tacker(
                 raise AssertionError(f"Tacker's script: {tacker.op_occ(occ).get('error')}")
             return state == "COMPLETED" and all_ready(hosts, masters[0], count)
 
-        return timed_op(tacker, case, vnfd, f"vs-tacker-driver-{case.flavour}", body, params, end)
+        members = masters + workers + added
+
+        def left(inst: str) -> dict[str, Any]:
+            return outcome(bed, hosts, masters[0], members, inst)
+
+        name = f"vs-tacker-driver-{case.flavour}"
+        return timed_op(tacker, case, vnfd, name, body, params, end, left)
 
 
 def run_ours(
@@ -216,8 +302,9 @@ def run_ours(
     sim: SimProcess,
     hosts: TestBed,
     tmp: Path,
-) -> float:
-    masters, _, _ = split(case, hosts)
+) -> tuple[float, dict[str, Any]]:
+    masters, workers, added = split(case, hosts)
+    members = masters + workers + added
     serve = ServeProcess(tmp, serve_config(bed, sim, hosts))
     serve.start(timeout=120.0)  # a loaded machine: other runs share the 2 cores
     try:
@@ -247,7 +334,11 @@ def run_ours(
                 raise AssertionError(f"serve's job of {occ} failed")
             return any(e["status"] == "done" for e in mine)
 
-        return timed_op(tacker, case, vnfd, f"vs-tacker-serve-{case.flavour}", body, params, end)
+        def left(inst: str) -> dict[str, Any]:
+            return outcome(bed, hosts, masters[0], members, inst)
+
+        name = f"vs-tacker-serve-{case.flavour}"
+        return timed_op(tacker, case, vnfd, name, body, params, end, left)
     finally:
         serve.stop()
         tacker.unsubscribe_all(serve.callback_url)
@@ -295,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in cases:
             case = CASES[name]
             fresh(hosts)
-            tacker_s = run_tacker(case, tacker, driver_vnfd, sim, hosts)
+            tacker_s, tacker_left = run_tacker(case, bed, tacker, driver_vnfd, sim, hosts)
             print(
                 f"{name}: {case.what}, Tacker's v2 script {tacker_s:.1f} s "
                 f"(202 -> op-occ COMPLETED, every node Ready; load {loadavg()})",
@@ -303,13 +394,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             fresh(hosts)
             with tempfile.TemporaryDirectory(prefix="vs-tacker-") as tmp:
-                ours_s = run_ours(case, bed, ours_vnfd, tacker, sim, hosts, Path(tmp))
+                ours_s, ours_left = run_ours(case, bed, ours_vnfd, tacker, sim, hosts, Path(tmp))
             end = "access data in Tacker" if not case.added else "serve's job done"
             print(
                 f"{name}: {case.what}, serve {ours_s:.1f} s (202 -> every node Ready, {end}; "
                 f"load {loadavg()}); Tacker/ours {tacker_s / ours_s:.2f}",
                 flush=True,
             )
+            diff = differences(tacker_left, ours_left)
+            print(f"fidelity {name}: " + ("; ".join(diff) if diff else "no difference"), flush=True)
             t_tacker += tacker_s
             t_ours += ours_s
         fresh(hosts)

@@ -843,12 +843,13 @@ def nodes_ready(nodes: dict[str, Any]) -> dict[str, bool]:
     return out
 
 
-def ready_nodes(bed: TestBed, master: TestHost) -> dict[str, bool]:
-    """Node name -> Ready, asked of the real API server from this process with the
-    master's admin kubeconfig (real mode); empty while there is none or it does not answer."""
+def nodes_json(bed: TestBed, master: TestHost) -> dict[str, Any] | None:
+    """``kubectl get nodes -o json``, asked of the real API server from this process with
+    the master's admin kubeconfig (real mode); None while there is none or it does not
+    answer."""
     config = bed.private_dir(master, "/etc/kubernetes") / "admin.conf"
     if not config.exists():
-        return {}
+        return None
     out = subprocess.run(
         [str(k8s_bin_dir() / "kubectl"), "--kubeconfig", str(config), "get", "nodes", "-o", "json"],
         capture_output=True,
@@ -857,9 +858,13 @@ def ready_nodes(bed: TestBed, master: TestHost) -> dict[str, bool]:
         check=False,
         env={k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
     )
-    if out.returncode != 0:
-        return {}
-    return nodes_ready(json.loads(out.stdout))
+    return json.loads(out.stdout) if out.returncode == 0 else None  # type: ignore[no-any-return]
+
+
+def ready_nodes(bed: TestBed, master: TestHost) -> dict[str, bool]:
+    """Node name -> Ready, as :func:`nodes_json` reads them; empty while it reads none."""
+    nodes = nodes_json(bed, master)
+    return {} if nodes is None else nodes_ready(nodes)
 
 
 def kubernetes_processes(host: TestHost) -> list[str]:

@@ -108,3 +108,40 @@ def test_vs_tacker_takes_its_cases_and_gives_both_packages_room_for_the_scale_ou
         assert aspect["max_scale_level"] == 3
         hot = yaml.safe_load(files[f"BaseHOT/{flavour}/lccn_k8s_cluster_{flavour}.yaml"])
         assert hot["resources"]["workerNode"]["properties"]["max_size"] == 5
+
+
+def test_vs_tacker_names_what_differs_between_the_two_drivers_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fidelity lines: node names, Ready, labels, /etc/hosts names and access data;
+    none when the two left the same cluster."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    vs_tacker = importlib.import_module("vs_tacker")
+    node = {"ready": True, "labels": ["node-role.kubernetes.io/master="]}
+    ours = {
+        "nodes": {"master5": node, "worker6": {"ready": True, "labels": []}},
+        "etc_hosts": {"node5": ["10.0.0.5 master5", "10.0.0.6 worker6"]},
+        "access": ["interfaceInfo.endpoint", "accessInfo.bearer_token"],
+    }
+    assert vs_tacker.differences(ours, ours) == []
+    tacker = {
+        "nodes": {
+            "master5": node,
+            "worker6": {"ready": False, "labels": ["CIS-node=compute-1"]},
+        },
+        "etc_hosts": {"node5": ["10.0.0.5 master5"]},
+        "access": [],
+    }
+    lines = vs_tacker.differences(tacker, ours)
+    assert lines == [
+        "worker6 Ready: Tacker False, ours True",
+        "worker6 labels only Tacker's: ['CIS-node=compute-1']; only ours: []",
+        "node5 /etc/hosts names: Tacker ['10.0.0.5 master5'], "
+        "ours ['10.0.0.5 master5', '10.0.0.6 worker6']",
+        "access data in Tacker: Tacker's none, "
+        "ours ['interfaceInfo.endpoint', 'accessInfo.bearer_token']",
+    ]
+    tacker["nodes"] = {"master5": node}
+    assert vs_tacker.differences(tacker, ours)[0] == (
+        "node names: Tacker ['master5'], ours ['master5', 'worker6']"
+    )
