@@ -234,19 +234,35 @@ def scale_request(added: int, params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Rig:
+    """What both drivers run on: one Tacker, one simulated OpenStack, the same hosts."""
+
+    bed: tacker_bed.BedState
+    tacker: TackerClient
+    sim: SimProcess
+    hosts: TestBed
+
+    def request(self, case: Case, params: dict[str, Any]) -> dict[str, Any]:
+        """The case's instantiate request with ``params`` as its ``additionalParams``."""
+        vim = self.sim.vim_connection_info()
+        return instantiate_request(vim, params, NETWORK_ID, flavour=case.flavour)
+
+
 def timed_op(
-    tacker: TackerClient,
+    rig: Rig,
     case: Case,
     vnfd: str,
     name: str,
-    body: dict[str, Any],
     params: dict[str, Any],
     end: Callable[[str, str, int, str], bool],
-    left: Callable[[str], dict[str, Any]],
 ) -> tuple[float, dict[str, Any]]:
     """Create an instance and INSTANTIATE it, then (``case.added``) SCALE_OUT; seconds from
-    the timed request's 202 until ``end(inst, occ, node count, operation)``, and
-    ``left(inst)`` read then. TERMINATE and DELETE after."""
+    the timed request's 202 until ``end(inst, occ, node count, operation)``, and what the
+    driver left then (:func:`outcome`). TERMINATE and DELETE after."""
+    tacker = rig.tacker
+    masters, workers, added = split(case, rig.hosts)
+    body = rig.request(case, params)
     inst = tacker.create(vnfd, unique_name(name))
     try:
         count = case.masters + case.workers
@@ -256,7 +272,7 @@ def timed_op(
             count += case.added
             occ = tacker.start_op(inst, "scale", scale_request(case.added, params))
             seconds = until(lambda: end(inst, occ, count, "SCALE"), f"{name}: SCALE_OUT")
-        return seconds, left(inst)
+        return seconds, outcome(rig.bed, rig.hosts, masters[0], masters + workers + added, inst)
     except BaseException:
         print(f"{name}: op-occ {tacker.op_occ(occ).get('operationState')}", file=sys.stderr)
         raise
@@ -264,20 +280,11 @@ def timed_op(
         terminate_and_delete(tacker, inst)
 
 
-def run_tacker(
-    case: Case,
-    bed: tacker_bed.BedState,
-    tacker: TackerClient,
-    vnfd: str,
-    sim: SimProcess,
-    hosts: TestBed,
-) -> tuple[float, dict[str, Any]]:
+def run_tacker(case: Case, rig: Rig, vnfd: str) -> tuple[float, dict[str, Any]]:
+    tacker, hosts = rig.tacker, rig.hosts
     masters, workers, added = split(case, hosts)
     with tacker_driver.prepared_hosts(hosts, masters, workers + added):
         params = tacker_driver.driver_params(hosts, ha=case.masters > 1)
-        body = instantiate_request(
-            sim.vim_connection_info(), params, NETWORK_ID, flavour=case.flavour
-        )
 
         def end(inst: str, occ: str, count: int, operation: str) -> bool:
             state = tacker.op_occ(occ)["operationState"]
@@ -285,26 +292,12 @@ def run_tacker(
                 raise AssertionError(f"Tacker's script: {tacker.op_occ(occ).get('error')}")
             return state == "COMPLETED" and all_ready(hosts, masters[0], count)
 
-        members = masters + workers + added
-
-        def left(inst: str) -> dict[str, Any]:
-            return outcome(bed, hosts, masters[0], members, inst)
-
-        name = f"vs-tacker-driver-{case.flavour}"
-        return timed_op(tacker, case, vnfd, name, body, params, end, left)
+        return timed_op(rig, case, vnfd, f"vs-tacker-driver-{case.flavour}", params, end)
 
 
-def run_ours(
-    case: Case,
-    bed: tacker_bed.BedState,
-    vnfd: str,
-    tacker: TackerClient,
-    sim: SimProcess,
-    hosts: TestBed,
-    tmp: Path,
-) -> tuple[float, dict[str, Any]]:
-    masters, workers, added = split(case, hosts)
-    members = masters + workers + added
+def run_ours(case: Case, rig: Rig, vnfd: str, tmp: Path) -> tuple[float, dict[str, Any]]:
+    bed, tacker, sim, hosts = rig.bed, rig.tacker, rig.sim, rig.hosts
+    masters, _, _ = split(case, hosts)
     serve = ServeProcess(tmp, serve_config(bed, sim, hosts))
     serve.start(timeout=120.0)  # a loaded machine: other runs share the 2 cores
     try:
@@ -315,9 +308,6 @@ def run_ours(
             key=str(hosts.client_key),
             password=hosts.password,
             ha=case.masters > 1,
-        )
-        body = instantiate_request(
-            sim.vim_connection_info(), params, NETWORK_ID, flavour=case.flavour
         )
 
         def end(inst: str, occ: str, count: int, operation: str) -> bool:
@@ -334,11 +324,7 @@ def run_ours(
                 raise AssertionError(f"serve's job of {occ} failed")
             return any(e["status"] == "done" for e in mine)
 
-        def left(inst: str) -> dict[str, Any]:
-            return outcome(bed, hosts, masters[0], members, inst)
-
-        name = f"vs-tacker-serve-{case.flavour}"
-        return timed_op(tacker, case, vnfd, name, body, params, end, left)
+        return timed_op(rig, case, vnfd, f"vs-tacker-serve-{case.flavour}", params, end)
     finally:
         serve.stop()
         tacker.unsubscribe_all(serve.callback_url)
@@ -382,11 +368,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         driver_vnfd = tacker_driver.build_and_onboard_driver_package(bed, max_workers=MAX_WORKERS)
         tacker = TackerClient(bed.url)
+        rig = Rig(bed, tacker, sim, hosts)
         t_tacker = t_ours = 0.0
         for name in cases:
             case = CASES[name]
             fresh(hosts)
-            tacker_s, tacker_left = run_tacker(case, bed, tacker, driver_vnfd, sim, hosts)
+            tacker_s, tacker_left = run_tacker(case, rig, driver_vnfd)
             print(
                 f"{name}: {case.what}, Tacker's v2 script {tacker_s:.1f} s "
                 f"(202 -> op-occ COMPLETED, every node Ready; load {loadavg()})",
@@ -394,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             fresh(hosts)
             with tempfile.TemporaryDirectory(prefix="vs-tacker-") as tmp:
-                ours_s, ours_left = run_ours(case, bed, ours_vnfd, tacker, sim, hosts, Path(tmp))
+                ours_s, ours_left = run_ours(case, rig, ours_vnfd, Path(tmp))
             end = "access data in Tacker" if not case.added else "serve's job done"
             print(
                 f"{name}: {case.what}, serve {ours_s:.1f} s (202 -> every node Ready, {end}; "
