@@ -222,24 +222,27 @@ async def test_slow_store_causes_no_rebalance_or_redelivery(broker: Any, store: 
 async def test_store_briefly_behind_is_waited_for_not_paused(broker: Any, store: Store) -> None:
     """Pausing drops what aiokafka prefetched; a store a moment behind must not cause it."""
     topic, group = uid("topic"), uid("group")
-    await create_topic(broker.bootstrap, topic, 3)
-    await produce(broker.bootstrap, topic, transitions(300))
+    # Each phase bounded, so a hang (one CI run hung here) fails in the phase it is in.
+    async with asyncio.timeout(60):  # creating the topic and producing
+        await create_topic(broker.bootstrap, topic, 3)
+        await produce(broker.bootstrap, topic, transitions(300))
     # Every batch takes 0.15 s: in-flight reaches its limit again and again,
     # but each wait is far below the pause threshold (1 s).
     sink = _SlowSink(store, delay=0.15, slow=300)
     settings = fast_settings(broker.bootstrap, topic, group, max_in_flight=60, max_poll_records=30)
     paused_seen = False
     full_seen = False
-    async with KafkaSource(settings, sink) as source:
+    async with asyncio.timeout(120):  # the source's start, the 300 events and its stop
+        async with KafkaSource(settings, sink) as source:
 
-        def done() -> bool:
-            nonlocal paused_seen, full_seen
-            status = source.status()
-            paused_seen = paused_seen or status.paused
-            full_seen = full_seen or status.in_flight >= 60
-            return status.stored == 300
+            def done() -> bool:
+                nonlocal paused_seen, full_seen
+                status = source.status()
+                paused_seen = paused_seen or status.paused
+                full_seen = full_seen or status.in_flight >= 60
+                return status.stored == 300
 
-        await wait_until(done, 60, interval=0.01, what="300 events")
+            await wait_until(done, 60, interval=0.01, what="300 events")
     assert full_seen, "the store never fell behind: the test proves nothing"
     assert not paused_seen
     assert set(sink.calls.values()) == {1}
