@@ -107,6 +107,31 @@ async def hooked_cluster(
         await svc.stop()
 
 
+async def hook_answer(
+    http: aiohttp.ClientSession,
+    svc: Service,
+    token: str,
+    inst: str,
+    occ: str,
+    point: str,
+    server: str,
+) -> dict[str, Any]:
+    """Ask serve's drain hook about ``server`` at ``point`` of op-occ ``occ`` as Tacker's
+    hook script does (POST, then GET until it settles); returns the final answer."""
+    url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
+    auth = {"Authorization": f"Bearer {token}"}
+    request = {"vnfInstanceId": inst, "vnfLcmOpOccId": occ, "point": point, "servers": [server]}
+    async with http.post(url, json=request, headers=auth) as r:
+        assert r.status == 202
+    async with asyncio.timeout(300):
+        while True:
+            async with http.get(f"{url}/{occ}/{point}", headers=auth) as r:
+                answer: dict[str, Any] = await r.json()
+            if answer["status"] in ("done", "failed"):
+                return answer
+            await asyncio.sleep(0.5)
+
+
 def root(host: TestHost) -> SshTarget:
     return SshTarget(host=host.address)
 

@@ -10,7 +10,6 @@ package's hook script posts it (the script itself runs with the real Tacker in
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from tests.cluster_fakes import (
 )
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
-from tests.k8s.helpers import SCRIPT_ENV, hooked_cluster, kubectl_json, run, wait_for
+from tests.k8s.helpers import SCRIPT_ENV, hook_answer, hooked_cluster, kubectl_json, run, wait_for
 from tests.testbed import testhosts
 from tests.testbed.testhosts import TestBed, nodes_ready
 
@@ -87,23 +86,8 @@ async def test_scale_in_drains_real_pods_before_the_vm_goes(hosts: TestBed, tmp_
 
         # The hook: Tacker is about to delete the leaving worker's VM.
         scale = lcm_op_occ(tacker, inst, "SCALE")
-        url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
-        auth = {"Authorization": f"Bearer {TOKEN}"}
-        request = {
-            "vnfInstanceId": inst,
-            "vnfLcmOpOccId": scale,
-            "point": "scale_start",
-            "servers": [server_at(tacker, openstack, inst, leaves.address)],
-        }
-        async with http.post(url, json=request, headers=auth) as r:
-            assert r.status == 202
-        async with asyncio.timeout(300):
-            while True:
-                async with http.get(f"{url}/{scale}/scale_start", headers=auth) as r:
-                    answer = await r.json()
-                if answer["status"] in ("done", "failed"):
-                    break
-                await asyncio.sleep(0.5)
+        server = server_at(tacker, openstack, inst, leaves.address)
+        answer = await hook_answer(http, svc, TOKEN, inst, scale, "scale_start", server)
         assert answer["status"] == "done" and answer["nodes"] == [gone], answer
 
         # The pods were evicted to the worker that stays, the node is gone from the

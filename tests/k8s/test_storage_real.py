@@ -11,7 +11,6 @@ as the package's hook script posts it (Tacker's ``heal_start``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from tests.cluster_fakes import cluster_vnf, lcm_op_occ, uid
 from tests.conftest import callback_url, wait_settled
 from tests.factories import op_occ
 from tests.k8s.conftest import restore_hostnames
-from tests.k8s.helpers import SCRIPT_ENV, hooked_cluster, kubectl_json, run, wait_for
+from tests.k8s.helpers import SCRIPT_ENV, hook_answer, hooked_cluster, kubectl_json, run, wait_for
 from tests.ssh.test_storage import MOUNT, add_storage_vnfc, storage_params
 from tests.testbed import testhosts
 from tests.testbed.testhosts import TestBed, inside
@@ -88,24 +87,9 @@ async def test_storage_pvs_available_bound_claim_refuses_the_heal_on_the_real_ap
         async def drain(heal: str) -> dict[str, Any]:
             """The hook's request for the storage server's VM, and the final answer."""
             nonlocal sent
-            url = f"http://127.0.0.1:{svc.port}{svc.settings.hooks.path}"
-            auth = {"Authorization": f"Bearer {TOKEN}"}
-            request = {
-                "vnfInstanceId": inst,
-                "vnfLcmOpOccId": heal,
-                "point": "heal_start",
-                "servers": [vnfc["computeResource"]["resourceId"]],
-            }
-            async with http.post(url, json=request, headers=auth) as r:
-                assert r.status == 202
-            sent += 1
-            async with asyncio.timeout(300):
-                while True:
-                    async with http.get(f"{url}/{heal}/heal_start", headers=auth) as r:
-                        answer: dict[str, Any] = await r.json()
-                    if answer["status"] in ("done", "failed"):
-                        return answer
-                    await asyncio.sleep(0.5)
+            sent += 1  # the hook's request stores a PROCESSING event
+            server = vnfc["computeResource"]["resourceId"]
+            return await hook_answer(http, svc, TOKEN, inst, heal, "heal_start", server)
 
         await notify("INSTANTIATE", occ)
         # The real PV controller made both Available, with the storage server's address.
