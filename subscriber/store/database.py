@@ -222,7 +222,7 @@ class Database:
             # Take transaction control from the driver so "begin" below decides.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(cur, settings.busy_timeout)
             cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute(f"PRAGMA busy_timeout={busy_ms}")
             cur.execute("PRAGMA foreign_keys=ON")
@@ -315,6 +315,27 @@ class Database:
         if self._turn is not None:
             self._turn.close()
             self._turn = None
+
+
+def _enter_wal(cur: Any, timeout: float) -> None:
+    """``PRAGMA journal_mode=WAL``, retried while another process holds the file.
+
+    SQLite answers this pragma "database is locked" at once, without its busy
+    handler, while another connection converts a new file to WAL or, as the last
+    one to close it, cleans up the WAL: replicas or CLI commands opening one new
+    store together met it (about 1 in 100 first opens).
+    """
+    import sqlite3
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 async def _in_greenlet(fn: Callable[[], T]) -> T:
