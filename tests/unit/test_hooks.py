@@ -290,6 +290,25 @@ async def test_request_before_tacker_processing_drains_once(
     assert handler.drained == [["srv-a", "srv-b"]]
 
 
+async def test_a_hook_made_event_starts_the_trace_its_job_continues(
+    start: Start, http: aiohttp.ClientSession, spans: Any
+) -> None:
+    """The drain hook comes before Tacker's PROCESSING: the event it makes is where the
+    trace begins, as a callback's ingest is."""
+    svc = await start(RecordingDrain())
+    inst, occ = uid(), uid()
+    status, _ = await post(http, svc, request(inst, occ, ["srv-a"]))
+    assert status == 202 and (await answer(http, svc, occ))["status"] == "done"
+    (event,) = await wait_settled(svc, 1)
+    assert event.source == "hook" and event.trace_id is not None
+    finished = spans.get_finished_spans()
+    (ingest,) = [s for s in finished if s.name == "ingest"]
+    assert ingest.attributes["lccn.source"] == "hook"
+    assert f"{ingest.context.trace_id:032x}" == event.trace_id
+    jobs = [s for s in finished if s.name == "job"]
+    assert jobs and all(j.parent and j.parent.span_id == ingest.context.span_id for j in jobs)
+
+
 async def test_request_after_tacker_processing_ran_runs_the_job_again(
     start: Start, http: aiohttp.ClientSession
 ) -> None:

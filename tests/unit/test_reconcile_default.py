@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -78,3 +79,27 @@ async def test_what_ended_in_the_second_of_the_first_start_is_not_replayed(
         async with reconciler:
             await reconciler.reconcile_once()
     assert await store.events.list() == []
+
+
+async def test_a_reconciled_transition_starts_a_trace_its_job_continues(
+    fake: ScriptedTacker, store: Store, spans: Any
+) -> None:
+    """A missed COMPLETED found by the reconciler is run like a callback's: its event
+    carries the trace its reconcile pass began (tracing on)."""
+    missed = occ(stamp(-1))
+    fake.on("GET", "/vnflcm/v2/vnf_lcm_op_occs", (200, [missed]))
+    settings = TackerSettings(endpoint=fake.url, reconcile_overlap=120, retry_attempts=1)
+    async with TackerClient(settings) as client:
+        reconciler = Reconciler(store, client, settings)
+        async with reconciler:
+            await reconciler.reconcile_once()
+    # The COMPLETED to run, and the STARTING and PROCESSING it implies (stored, never run).
+    events = {e.operation_state: e for e in await store.events.list()}
+    event = events["COMPLETED"]
+    assert event.source == "reconcile" and event.traceparent is not None
+    assert events["STARTING"].traceparent is None
+    # The service's own first pass at start, and this one: the later finds a copy.
+    ingests = [s for s in spans.get_finished_spans() if s.name == "ingest"]
+    assert {s.attributes["lccn.source"] for s in ingests} == {"reconcile"}
+    assert {s.attributes["lccn.vnf_lcm_op_occ_id"] for s in ingests} == {missed["id"]}
+    assert event.trace_id in {f"{s.context.trace_id:032x}" for s in ingests}
