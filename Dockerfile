@@ -5,7 +5,8 @@
 #   podman build --format docker --build-arg BASE=localhost/debian-python:bookworm \
 #       --build-arg WHEELS=context -t lccn-subscriber CONTEXT
 #                                  (CONTEXT/wheels/: this checkout's wheel and its
-#                                   dependencies' wheels, for a build without network)
+#                                   dependencies' wheels, the otel extra's included,
+#                                   for a build without network)
 #
 # BASE: any Debian-like image with python3 (>= 3.11) and its venv module; the build and
 # runtime stages share it (the environment's interpreter is the base's).
@@ -13,14 +14,19 @@ ARG BASE=python:3.11-slim
 # WHEELS: source (build them from this directory's source, from PyPI) or context (take
 # the build context's wheels/).
 ARG WHEELS=source
+# EXTRAS: the package's extras to install ("otel": OpenTelemetry, so that tracing is a
+# setting, not a rebuild; empty: none).
+ARG EXTRAS=otel
 
 FROM ${BASE} AS wheels-source
+ARG EXTRAS
 COPY pyproject.toml README.md LICENSE /src/
 COPY subscriber /src/subscriber
 COPY handlers /src/handlers
 COPY schemas /src/schemas
 RUN python3 -m venv /tmp/pip \
-    && /tmp/pip/bin/pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels /src
+    && /tmp/pip/bin/pip wheel --no-cache-dir --disable-pip-version-check \
+        --wheel-dir /wheels "/src[${EXTRAS}]"
 
 FROM scratch AS wheels-context
 COPY wheels/ /wheels/
@@ -31,12 +37,13 @@ FROM wheels-${WHEELS} AS wheels
 LABEL org.opencontainers.image.title=lccn-subscriber-wheels
 
 FROM ${BASE} AS build
+ARG EXTRAS
 COPY --from=wheels /wheels /wheels
 # From the wheels alone (no index): what is installed is what was built. pip itself is
 # not needed at run time.
 RUN python3 -m venv /opt/lccn \
     && /opt/lccn/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
-        --find-links /wheels lccn-subscriber \
+        --find-links /wheels "lccn-subscriber[${EXTRAS}]" \
     && /opt/lccn/bin/pip uninstall --yes --quiet --disable-pip-version-check setuptools pip \
     && /opt/lccn/bin/lccn-subscriber --help >/dev/null
 

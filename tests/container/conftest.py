@@ -28,8 +28,9 @@ def podman(tmp_path_factory: pytest.TempPathFactory) -> Podman:
 
 @pytest.fixture(scope="session")
 def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The image, built from this checkout: its wheel and its dependencies' wheels built
-    on this machine, installed in the image without an index."""
+    """The image, built from this checkout: its wheel and its dependencies' wheels (the
+    ``otel`` extra's too, as the Dockerfile installs it) built on this machine, installed
+    in the image without an index."""
     context = tmp_path_factory.mktemp("context")
     for name in _CONTEXT:
         shutil.copy2(REPO / name, context / name)
@@ -38,7 +39,10 @@ def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             REPO / package, context / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     wheels = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(context / "wheels"), REPO],
+        [
+            *(sys.executable, "-m", "pip", "wheel", "-q"),
+            *("--wheel-dir", str(context / "wheels"), f"{REPO}[otel]"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

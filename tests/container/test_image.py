@@ -23,6 +23,7 @@ from tests.conftest import free_port
 from tests.container.cluster_http import HttpTacker, sim_cluster_vnf
 from tests.container.podman import BASE, Podman
 from tests.factories import op_occ
+from tests.otlp import otlp_receiver
 from tests.testbed import testhosts
 from tests.testbed.cluster_vnf import k8s_params
 from tests.testbed.openstack_sim import OpenStackSim, SimConfig
@@ -159,7 +160,8 @@ async def test_in_a_container_serve_builds_a_cluster_over_ssh_with_mounted_secre
     """INSTANTIATE COMPLETED -> the image's ``serve`` (cluster handlers on) discovers the
     VNFCs in the simulated OpenStack, builds the stand-in cluster on three sshd test
     hosts with the key and known_hosts mounted read-only, and writes the cluster's
-    access back to Tacker."""
+    access back to Tacker. Tracing on (the image's otel extra): the job's trace, from
+    ingest to each SSH command, reaches an OTLP receiver, with no secret in it."""
     if os.geteuid() != 0:
         pytest.fail("needs root (network namespaces for the test hosts)")
     bed = testhosts.create(3)
@@ -171,7 +173,7 @@ async def test_in_a_container_serve_builds_a_cluster_over_ssh_with_mounted_secre
         key_in, known_in = f"{_SECRETS}/{key.name}", f"{_SECRETS}/known_hosts"
         params = k8s_params(master_user="root", worker_user="root", key=key_in)
         cfg = SimConfig(server_pool=",".join(h.address for h in bed.hosts), vip_pool="10.77.0.200")
-        async with OpenStackSim(cfg) as sim, pg_database() as url:
+        async with OpenStackSim(cfg) as sim, pg_database() as url, otlp_receiver() as otlp:
             fake, inst, occ = await sim_cluster_vnf(
                 sim, [master.address], [w.address for w in workers], params
             )
@@ -195,6 +197,8 @@ async def test_in_a_container_serve_builds_a_cluster_over_ssh_with_mounted_secre
                     f'LCCN_SSH__CLIENT_KEYS=["{key_in}"]\n'
                     f"LCCN_SSH__KEY_DIR={_SECRETS}\n"
                     "LCCN_SSH__CONNECT_TIMEOUT=5\n"
+                    "LCCN_TRACING__ENABLED=true\n"
+                    f"LCCN_TRACING__ENDPOINT={otlp.url}/v1/traces\n"
                 )
                 run = ("--network", "host", "--env-file", str(env))
                 mounts = (
@@ -212,6 +216,8 @@ async def test_in_a_container_serve_builds_a_cluster_over_ssh_with_mounted_secre
                     async with http.post(notify, json=body) as resp:
                         assert resp.status == 204
                 status = await _event_status(url, occ, within=180)
+                # A graceful stop: both processes flush their spans as they exit.
+                podman("stop", "--time", "30", name)
                 logs = podman("logs", name).stdout + podman("logs", name).stderr
                 assert status == "done", logs[-4000:]
             finally:
@@ -237,6 +243,18 @@ async def test_in_a_container_serve_builds_a_cluster_over_ssh_with_mounted_secre
         secrets = [key.read_text().strip(), cfg.password, token]
         assert not [s for s in secrets if s in logs]
         assert "BEGIN OPENSSH PRIVATE KEY" not in logs
+        # One trace: the ingest process's span, the worker's job, its steps and commands.
+        (ingest,) = otlp.named("ingest")
+        (job,) = otlp.named("job")
+        assert (ingest["role"], job["role"]) == ("ingest", "worker")
+        assert job["trace_id"] == ingest["trace_id"] and job["parent"] == ingest["span_id"]
+        ssh = otlp.named("ssh")
+        assert {s["trace_id"] for s in ssh} == {job["trace_id"]}
+        peers = {s["attributes"]["net.peer.name"].string_value for s in ssh}
+        assert peers == {h.address for h in bed.hosts}
+        assert {"kubeadm", "upload"} <= {s["attributes"]["lccn.command"].string_value for s in ssh}
+        exported = repr(otlp.spans)
+        assert not [s for s in secrets if s in exported]
     finally:
         testhosts.destroy(bed)
 

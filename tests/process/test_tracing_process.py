@@ -5,65 +5,25 @@ receiver in this test), and ``events show`` prints the trace id."""
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiohttp import web
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.loopback import listen
+from tests.otlp import OtlpReceiver, otlp_receiver
 from tests.programs import ServeProcess, cli
 
 
-class _Receiver:
-    """An OTLP/HTTP traces endpoint: every span received, with its process's role."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict[str, Any]] = []
-        self.received = asyncio.Event()
-        self.app = web.Application()
-        self.app.router.add_post("/v1/traces", self._traces)
-        self.url = ""
-
-    async def _traces(self, request: web.Request) -> web.Response:
-        raw = await request.read()
-        if request.headers.get("Content-Encoding") == "gzip":
-            raw = gzip.decompress(raw)
-        export = ExportTraceServiceRequest.FromString(raw)
-        for resource_spans in export.resource_spans:
-            resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-            for scope in resource_spans.scope_spans:
-                for span in scope.spans:
-                    self.spans.append(
-                        {
-                            "name": span.name,
-                            "role": resource.get("lccn.role"),
-                            "trace_id": span.trace_id.hex(),
-                            "span_id": span.span_id.hex(),
-                            "parent": span.parent_span_id.hex() or None,
-                            "attributes": {a.key: a.value for a in span.attributes},
-                        }
-                    )
-        self.received.set()
-        return web.Response(status=200, content_type="application/x-protobuf")
-
-
 @pytest.fixture
-async def receiver() -> AsyncIterator[_Receiver]:
-    found = _Receiver()
-    runner = web.AppRunner(found.app)
-    found.url = await listen(runner)
-    yield found
-    await runner.cleanup()
+async def receiver() -> AsyncIterator[OtlpReceiver]:
+    async with otlp_receiver() as found:
+        yield found
 
 
 async def test_the_worker_continues_the_trace_ingest_stored(
-    tmp_path: Path, receiver: _Receiver
+    tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
     env = {
         "LCCN_TRACING__ENABLED": "true",
