@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from subscriber.config import DatabaseSettings, HttpSettings, KafkaSettings, Settings
 from subscriber.service import Service
 from tests.conftest import free_port
+from tests.testbed import kafka_broker
 from tests.testbed.records import notification, transitions
 
 __all__ = [
@@ -130,3 +132,26 @@ def kafka_worker(kafka: KafkaSettings, directory: Path) -> Service:
             kafka=kafka,
         )
     )
+
+
+@dataclass
+class DurableBroker:
+    """A broker of this test alone whose storage (an S3 store) outlives it: ``restart()``
+    brings it back on its port with what it had, as a restarted Kafka broker comes back."""
+
+    broker: kafka_broker.Broker
+    storage: str
+    env: dict[str, str]
+    log: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def stop(self) -> None:
+        self.broker.stop()
+
+    def restart(self) -> None:
+        self.broker = kafka_broker.start_broker(
+            self.broker.port, log=self.log, storage=self.storage, env=self.env
+        )

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from subscriber.ingest.kafka import KafkaSource
 from subscriber.lifecycle import State
 from subscriber.store import AppendResult, NewEvent, Store
 from tests.kafka.helpers import (
+    DurableBroker,
     create_topic,
     fast_settings,
     notification,
@@ -23,7 +25,6 @@ from tests.kafka.helpers import (
     uid,
     wait_until,
 )
-from tests.testbed import kafka_broker
 
 
 async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
@@ -219,30 +220,46 @@ async def test_slow_store_causes_no_rebalance_or_redelivery(broker: Any, store: 
     assert sum(v or 0 for v in committed.values()) == 300
 
 
-async def test_store_briefly_behind_is_waited_for_not_paused(broker: Any, store: Store) -> None:
-    """Pausing drops what aiokafka prefetched; a store a moment behind must not cause it."""
+async def test_store_briefly_behind_is_waited_for_not_paused(
+    own_broker: Any, store: Store, tmp_path: Path
+) -> None:
+    """Pausing drops what aiokafka prefetched; a store a moment behind must not cause it.
+
+    A broker of its own: the test times the source's waits, and the session's broker
+    carries every earlier test's topics and groups (one full CI run hung here, with
+    it, past pytest's timeout).
+    """
     topic, group = uid("topic"), uid("group")
-    # Each phase bounded, so a hang (one CI run hung here) fails in the phase it is in.
-    async with asyncio.timeout(60):  # creating the topic and producing
-        await create_topic(broker.bootstrap, topic, 3)
-        await produce(broker.bootstrap, topic, transitions(300))
-    # Every batch takes 0.15 s: in-flight reaches its limit again and again,
-    # but each wait is far below the pause threshold (1 s).
-    sink = _SlowSink(store, delay=0.15, slow=300)
-    settings = fast_settings(broker.bootstrap, topic, group, max_in_flight=60, max_poll_records=30)
-    paused_seen = False
-    full_seen = False
-    async with asyncio.timeout(120):  # the source's start, the 300 events and its stop
-        async with KafkaSource(settings, sink) as source:
+    bootstrap = own_broker.bootstrap
+    phase = "creating the topic and producing"
+    source: KafkaSource | None = None
+    try:
+        # Each phase bounded, so a hang fails in the phase it is in.
+        async with asyncio.timeout(60):
+            await create_topic(bootstrap, topic, 3)
+            await produce(bootstrap, topic, transitions(300))
+        # Every batch takes 0.15 s: in-flight reaches its limit again and again,
+        # but each wait is far below the pause threshold (1 s).
+        sink = _SlowSink(store, delay=0.15, slow=300)
+        settings = fast_settings(bootstrap, topic, group, max_in_flight=60, max_poll_records=30)
+        paused_seen = False
+        full_seen = False
+        phase = "the source's start, the 300 events and its stop"
+        async with asyncio.timeout(120), KafkaSource(settings, sink) as source:
 
             def done() -> bool:
                 nonlocal paused_seen, full_seen
-                status = source.status()
+                status = source.status()  # type: ignore[union-attr]
                 paused_seen = paused_seen or status.paused
                 full_seen = full_seen or status.in_flight >= 60
                 return status.stored == 300
 
             await wait_until(done, 60, interval=0.01, what="300 events")
+            phase = "the source's stop"
+    except TimeoutError:
+        status = source.status() if source is not None else None
+        log = (tmp_path / "tansu.log").read_text(errors="replace")[-3000:]
+        pytest.fail(f"timed out in {phase}; source: {status}; broker log:\n{log}")
     assert full_seen, "the store never fell behind: the test proves nothing"
     assert not paused_seen
     assert set(sink.calls.values()) == {1}
@@ -291,24 +308,25 @@ async def _poll_once(consumer: AIOKafkaConsumer, assigned: list[int]) -> bool:
 
 
 async def test_broker_restart_reconnects_and_readiness_reports_outage(
-    own_broker: Any, store: Store
+    durable_broker: DurableBroker, store: Store
 ) -> None:
+    """The broker goes away and comes back with its log and offsets, as a restarted Kafka
+    does. (An in-memory broker that came back empty, its offsets from 0 again, made the
+    source's fetch positions point past or into the new records: a flake under load.)"""
     topic, group = uid("topic"), uid("group")
-    bootstrap = own_broker.bootstrap
+    bootstrap = durable_broker.bootstrap
     await create_topic(bootstrap, topic, 3)
     await produce(bootstrap, topic, transitions(30))
     async with KafkaSource(fast_settings(bootstrap, topic, group), store.events) as source:
         await wait_until(lambda: source.status().stored == 30, 30, what="30 events")
         await wait_until(lambda: source.ready, 10, what="ready")
 
-        own_broker.stop()
+        durable_broker.stop()
         await wait_until(lambda: not source.ready, 15, what="readiness to report the outage")
         assert source.status().broker_ok is False
         assert source.status().last_error
 
-        restarted = kafka_broker.start_broker(own_broker.port)
-        own_broker.process = restarted.process  # the fixture stops whatever runs now
-        await create_topic(bootstrap, topic, 3)
+        durable_broker.restart()
         await wait_until(lambda: source.ready, 30, what="ready again")
         later = transitions(30)
         await produce(bootstrap, topic, later)
