@@ -56,6 +56,10 @@ def node_name(role: str, address: str) -> str:
     return f"{role}{address.rsplit('.', 1)[1]}"
 
 
+#: Flavours with three masters behind a VIP (v1's podaffinity is complex's HA too).
+HA_FLAVOURS = ("complex", "podaffinity")
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     """One node as Tacker's VNFCs say it should be."""
@@ -107,7 +111,7 @@ class Loop:
             worker_user=self.hosts.user,
             key=str(self.hosts.client_key),
             password=self.hosts.password,
-            ha=flavour == "complex",
+            ha=flavour in HA_FLAVOURS,
         )
         params["k8s_cluster_installation_param"].update(extra)
         body = {"flavourId": flavour, **self.placement(), "additionalParams": params}

@@ -229,3 +229,53 @@ def test_v1_complex_cluster_heals_a_master(v1_vnfd: str, hosts: Any, loop: V1Loo
     etcd = hosts.state()["etcd"].values()
     assert sorted(m["name"] for m in etcd) == masters
     assert next(m for m in etcd if m["name"] == target)["ID"] != old_member["ID"]
+
+
+def cis_nodes(loop: V1Loop) -> dict[str, tuple[str | None, str]]:
+    """Each node's ``CIS-node`` label and the compute host Nova shows for its server."""
+    members = loop.members()
+    masters = sorted((m for m in members.values() if m.role == "master"), key=lambda m: m.name)
+    nodes = loop.cluster_nodes(masters)
+    host_of = {s["id"]: s["OS-EXT-SRV-ATTR:host"] for s in loop.sim.control.state()["servers"]}
+    server_of = {v["id"]: v["computeResource"]["resourceId"] for v in loop.vnfcs()}
+    return {
+        name: (nodes[name]["metadata"]["labels"].get("CIS-node"), host_of[server_of[m.vnfc_id]])
+        for name, m in members.items()
+    }
+
+
+def test_v1_podaffinity_workers_are_labelled_with_their_compute_hosts(
+    v1_vnfd: str, hosts: Any, loop: V1Loop
+) -> None:
+    """Seed 001's hardware-aware pod affinity through v1: the ``podaffinity`` flavour puts
+    the workers in an anti-affinity server group, so each runs on another compute host,
+    and each worker node is labelled ``CIS-node=<its compute host>`` (Nova's
+    ``OS-EXT-SRV-ATTR:host``), a scaled-out one too; masters get no such label."""
+    shown = loop.instantiate(v1_vnfd, "podaffinity")
+    assert V1Loop.steps(shown)["label-workers"]["status"] == "done"
+    members = loop.check_agreement()
+    workers = sorted(n for n, m in members.items() if m.role == "worker")
+    labels = cis_nodes(loop)
+    assert len(workers) == 2
+    assert all(labels[w][0] == labels[w][1] for w in workers), labels
+    assert len({labels[w][1] for w in workers}) == 2  # anti-affinity: two hosts
+    assert {labels[n][0] for n in set(members) - set(workers)} == {None}
+
+    # HEAL of a worker (seed 001: "Heal Worker Node with Pod-affinity"): its new server
+    # joins the server group, on a host the other worker does not run on, and its node's
+    # label follows it.
+    target, other = workers
+    loop.vm_broken(members[target].address)
+    occ = loop.heal_vnfc(members[target].vnfc_id)
+    steps = V1Loop.steps(loop.handled(occ["id"]))
+    loop.check_agreement()
+    labels = cis_nodes(loop)
+    assert steps["label-workers"]["result"]["labels"][target] == {"CIS-node": labels[target][1]}
+    assert labels[target][0] == labels[target][1] != labels[other][1]
+    [server] = [
+        v["computeResource"]["resourceId"]
+        for v in loop.vnfcs()
+        if v["id"] == members[target].vnfc_id
+    ]
+    groups = loop.sim.control.state()["server_groups"]
+    assert [g["name"] for g in groups if server in g["members"]] == ["workerNode_srvgroup"]

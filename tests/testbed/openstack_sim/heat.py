@@ -222,7 +222,8 @@ class HeatEngine:
         server_pool: addresses for ports that a server uses.
         vip_pool: addresses for ports no server uses (a cluster VIP).
         floating_pool: addresses for ``OS::Neutron::FloatingIP``.
-        compute_hosts: ``OS-EXT-SRV-ATTR:host`` values, handed out round robin.
+        compute_hosts: ``OS-EXT-SRV-ATTR:host`` values, handed out round robin; members
+            of an anti-affinity server group each on another while hosts last.
         zone: the availability zone of every server.
         clock: returns "now" (UTC); tests may replace it.
         volumes: the Cinder volumes (loop devices behind them, or none).
@@ -669,6 +670,26 @@ class HeatEngine:
 
     # ---- servers ----------------------------------------------------------------------
 
+    def _place(self, groups: list[str]) -> str:
+        """A new server's compute host: the next in turn that runs no member of one of its
+        anti-affinity groups (Nova's ServerGroupAntiAffinityFilter). When every host runs
+        one, the next in turn anyway: Nova would fail the server with NoValidHost, which
+        is not simulated."""
+        taken = {
+            self.servers[member]["OS-EXT-SRV-ATTR:host"]
+            for g in groups
+            if "anti-affinity" in self.server_groups.get(g, {}).get("policies", ())
+            for member in self.server_groups[g]["members"]
+            if member in self.servers
+        }
+        host = self.compute_hosts[0]
+        for _ in range(len(self.compute_hosts)):
+            host = self.compute_hosts[self._host_turn % len(self.compute_hosts)]
+            self._host_turn += 1
+            if host not in taken:
+                return host
+        return host
+
     def _create_server(self, res: Resource) -> None:
         props = res.properties
         res.physical_id = str(uuid.uuid4())
@@ -688,10 +709,9 @@ class HeatEngine:
                     "OS-EXT-IPS-MAC:mac_addr": port["mac_address"],
                 }
             )
-        host = self.compute_hosts[self._host_turn % len(self.compute_hosts)]
-        self._host_turn += 1
         hints = props.get("scheduler_hints") or {}
         groups = [g for g in [hints.get("group")] if g]
+        host = self._place(groups)
         for g in groups:
             if g in self.server_groups:
                 self.server_groups[g]["members"].append(res.physical_id)
