@@ -5,7 +5,7 @@ back into the VNF instance, and a client reaches the cluster through what Tacker
 
     bash scripts/test.sh        # once, the README's test command: installs the parts
     sudo .venv/bin/python scripts/demo.py [--flavour simple|complex] [--scale] [--heal]
-                                             [--keep] [--no-hooks] [--api v1|v2]
+                                             [--keep] [--no-hooks] [--api v1|v2] [--cnf]
 
 What is real and what is simulated (the tests' beds, see docs/contributing.md):
 
@@ -40,7 +40,10 @@ are no management-driver scripts in v1, so no hooks: ``serve`` acts on COMPLETED
 the real Kubernetes, ``serve`` registers the cluster as Tacker's Kubernetes VIM; the demo
 shows the instance's entry as seed 000 shows it (the VIM and its URL), the VIM's regions
 (the cluster's namespaces, which Tacker read from the API server with the token), and the
-nodes on the master; TERMINATE deletes the VIM.
+nodes on the master; TERMINATE deletes the VIM. ``--cnf`` (with ``--api v1``) then has
+Tacker's v1 Kubernetes infra driver deploy the sample CNF (VNF-B) through that VIM,
+shows its Deployment on the master, and terminates and deletes VNF-B before VNF-A's
+TERMINATE (docs/demo.md: what v1 needs for it).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from tests.testbed.tacker_api import (  # noqa: E402
     CallbackRecorder,
     TackerClient,
     ext_virtual_links,
+    terminate_and_delete,
     unique_name,
     wait_for,
 )
@@ -368,20 +372,110 @@ def show_v1_entry(tacker: TackerClient, inst: str) -> None:
     say(f"    regions (the cluster's namespaces, read by Tacker with the token): {regions}")
 
 
-def nodes_on_master(hosts: Any, kubernetes: str) -> None:
-    """``kubectl get nodes`` with the first master's admin.conf, from its network (a v1
-    instance's entry names a VIM, whose token Tacker keeps encrypted)."""
-    if kubernetes != "real":
-        say("    (stand-in tools: there is no API server to ask; --kubernetes real has one)")
-        return
+def kubectl_on_master(hosts: Any, *argv: str) -> None:
+    """``kubectl ARGV`` with the first master's admin.conf, from its network (a v1
+    instance's entry names a VIM, whose token Tacker keeps encrypted); its output shown."""
     master = hosts.hosts[0]
     admin = hosts.private_dir(master, "/etc/kubernetes") / "admin.conf"
     kubectl = str(testhosts.k8s_bin_dir() / "kubectl")
-    out = testhosts.inside(
-        master, kubectl, "--kubeconfig", str(admin), "get", "nodes", "-o", "wide", net_only=True
-    )
+    out = testhosts.inside(master, kubectl, "--kubeconfig", str(admin), *argv, net_only=True)
     for line in (out.stdout or out.stderr).splitlines():
         say(f"    {line}")
+
+
+def nodes_on_master(hosts: Any, kubernetes: str) -> None:
+    """``kubectl get nodes`` on the master (the real Kubernetes only)."""
+    if kubernetes != "real":
+        say("    (stand-in tools: there is no API server to ask; --kubernetes real has one)")
+        return
+    kubectl_on_master(hosts, "get", "nodes", "-o", "wide")
+
+
+CNF_PACKAGE = "cnf_deployment"  # scripts/vnf_package/: the Deployment lccn-web, 2 replicas
+CNF_FILES = ["Files/kubernetes/deployment.yaml"]
+CNF_FLAVOUR = "Definitions/lccn_cnf_df_simple.yaml"
+MAPPED = "    properties:\n      flavour_id: simple\n"
+
+
+def cnf_v1_flavour() -> dict[str, str]:
+    """The sample CNF's flavour as v1 reads it: Tacker 16.0.0's v1 pops ``requirements``
+    from the flavour's ``substitution_mappings`` unconditionally
+    (``tacker/vnflcm/utils.py::_get_vnfd_dict``; a KeyError without it, and the
+    INSTANTIATE is ROLLED_BACK at the grant), so the v1 copy maps the external virtual
+    link as Tacker's v1 CNF samples do. The package's own (v2's) is left as it is."""
+    text = (REPO / "scripts" / "vnf_package" / CNF_PACKAGE / CNF_FLAVOUR).read_text()
+    if MAPPED not in text:
+        raise DemoError(f"{CNF_FLAVOUR}: no substitution_mappings properties to extend")
+    extended = MAPPED + "    requirements:\n      virtual_link_external: []\n"
+    return {CNF_FLAVOUR: text.replace(MAPPED, extended)}
+
+
+def cnf_job(serve: Serve, occ: dict[str, Any]) -> None:
+    """serve's job for a VNF-B op-occ: the same subscription brings VNF-B's notifications,
+    and the cluster handlers end done at the parameters step (a CNF, not a cluster)."""
+    for event in serve.handled(occ["id"], occ["operationState"], timeout=60):
+        if event["operationState"] == occ["operationState"]:
+            detail = f" ({event['statusDetail'][:90]})" if event.get("statusDetail") else ""
+            say(f"  serve:  {event['operationState']}: job {event['status']}{detail}")
+
+
+def cnf_through_v1(
+    tacker: V1Tacker, bed: tacker_bed.BedState, hosts: Any, serve: Serve, inst: str
+) -> None:
+    """VNF-B, the sample CNF, deployed by Tacker's v1 Kubernetes infra driver on the
+    cluster of ``inst`` (VNF-A) through the Kubernetes VIM serve registered for it, as a
+    v1 user would (``vimConnectionInfo: [{vimId, vimType: kubernetes}]``); its Deployment
+    shown on the master; then TERMINATE and DELETE of VNF-B, leaving VNF-A as it was."""
+    entries = [
+        e for e in tacker.show(inst).get("vimConnectionInfo") or () if e["vimType"] == "kubernetes"
+    ]
+    if not entries or not entries[-1].get("vimId"):
+        raise DemoError("VNF-A's instance names no Kubernetes VIM to deploy the CNF on")
+    vim_id = entries[-1]["vimId"]
+    with phase(f"CNF (VNF-B) on VNF-A's cluster, through v1 and Kubernetes VIM {vim_id}"):
+        vnfd_b = tacker_bed.build_and_onboard(bed, CNF_PACKAGE, extra=cnf_v1_flavour())
+        b = tacker.create(vnfd_b, unique_name("demo-v1-cnf"))
+        say(f"  sample CNF package (v1 copy) onboarded (vnfdId {vnfd_b}); VNF-B is instance {b}")
+        try:
+            t0 = time.monotonic()
+            occ = tacker.run_op(
+                b,
+                "instantiate",
+                {
+                    "flavourId": "simple",
+                    "vimConnectionInfo": [
+                        {"id": f"k8s-{vim_id[:8]}", "vimId": vim_id, "vimType": "kubernetes"}
+                    ],
+                    "additionalParams": {
+                        "lcm-kubernetes-def-files": CNF_FILES,
+                        "namespace": "default",
+                    },
+                },
+            )
+            say(f"  Tacker: VNF-B {occ['operation']} {occ['operationState']} ({elapsed(t0)})")
+            if occ["operationState"] != "COMPLETED":
+                raise DemoError(f"VNF-B's INSTANTIATE ended {occ['operationState']}: {occ}")
+            cnf_job(serve, occ)
+            pods = [
+                r["computeResource"]["resourceId"]
+                for r in tacker.show(b)["instantiatedVnfInfo"].get("vnfcResourceInfo") or ()
+            ]
+            say(f"  VNF-B's VNFCs (Tacker's vnfcResourceInfo): {', '.join(sorted(pods))}")
+            say("  its Deployment, on the master:")
+            kubectl_on_master(hosts, "get", "deployment", "lccn-web", "-n", "default")
+            t0 = time.monotonic()
+            occ = tacker.run_op(b, "terminate", {"terminationType": "FORCEFUL"})
+            say(f"  Tacker: VNF-B {occ['operation']} {occ['operationState']} ({elapsed(t0)})")
+            if occ["operationState"] != "COMPLETED":
+                raise DemoError(f"VNF-B's TERMINATE ended {occ['operationState']}: {occ}")
+            cnf_job(serve, occ)
+        except BaseException:
+            terminate_and_delete(tacker, b)
+            raise
+        tacker.delete(b)
+        status, _, _ = tacker.call("GET", f"{tacker.lcm}/vnf_instances/{b}")
+        say(f"  VNF-B deleted (GET answers {status}); its Deployment now:")
+        kubectl_on_master(hosts, "get", "deployment", "lccn-web", "-n", "default")
 
 
 @contextlib.contextmanager
@@ -613,6 +707,10 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         heal_a_worker(tacker, sim, hosts, inst, serve, first_workers)
         nodes()
 
+    if args.cnf:
+        assert bed is not None and isinstance(tacker, V1Tacker)
+        cnf_through_v1(tacker, bed, hosts, serve, inst)
+
     if args.keep:
         say("\nrunning; Ctrl-C goes on to TERMINATE and stops everything")
         with contextlib.suppress(KeyboardInterrupt):
@@ -642,6 +740,11 @@ def main() -> int:
     p.add_argument("--kubernetes", choices=("real", "standin"), default="real")
     p.add_argument("--scale", action="store_true", help="also SCALE_OUT by one worker")
     p.add_argument("--heal", action="store_true", help="also HEAL one worker's VNFC")
+    p.add_argument(
+        "--cnf",
+        action="store_true",
+        help="with --api v1: also deploy the sample CNF (VNF-B) on the cluster through v1",
+    )
     p.add_argument("--show-config", action="store_true", help="print serve's TOML file")
     p.add_argument("--keep", action="store_true", help="wait for Ctrl-C before TERMINATE")
     p.add_argument(
@@ -660,6 +763,8 @@ def main() -> int:
         p.error("--tacker-url and --vnfd-id go together")
     if args.tacker_url and args.bed_state:
         p.error("--tacker-url and --bed-state exclude each other")
+    if args.cnf and (args.api != "v1" or args.kubernetes != "real"):
+        p.error("--cnf goes with --api v1 and the real Kubernetes")
     if args.tacker_url and args.api == "v1":
         p.error("--api v1 onboards the v1 package into a bed: use --bed-state or neither")
     t0 = time.monotonic()

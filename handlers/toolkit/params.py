@@ -84,13 +84,17 @@ async def _instance(
 
 
 def _vim_types(*sources: Any) -> set[str]:
-    """The ``vimType`` of every vimConnectionInfo entry (a v2 map or a v1 list)."""
+    """The ``vimType`` of the VIMs the VNF runs on: every entry of a v2 map, the first of
+    a v1 list. v1 runs an instance on its list's first entry (``vnflcm_utils._get_vim``
+    reads ``vim_connection_info[0]``); Tacker appends the project's default VIM, which the
+    instance was created with, to an INSTANTIATE request's own entries, so a v1 CNF
+    lists an OpenStack VIM after its Kubernetes one."""
     types: set[str] = set()
     for vci in sources:
         if isinstance(vci, Mapping):
             entries: Iterable[Any] = vci.values()
         elif isinstance(vci, list):
-            entries = vci
+            entries = vci[:1]
         else:
             continue
         for entry in entries:

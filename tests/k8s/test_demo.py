@@ -4,7 +4,8 @@ own and ``serve`` as a subprocess, it INSTANTIATEs, shows each step live and Tac
 op-occ state next to serve's job, shows the entry handed back inside the operation with
 its token masked, lists the nodes Ready through that entry alone, SCALEs OUT by one
 worker, HEALs a worker whose VM broke and TERMINATEs; and the same through Tacker's v1
-API (``--api v1``), with the cluster registered as Tacker's Kubernetes VIM.
+API (``--api v1``), with the cluster registered as Tacker's Kubernetes VIM and a CNF
+deployed on it through v1 (``--cnf``).
 """
 
 from __future__ import annotations
@@ -106,10 +107,11 @@ def test_demo_api_v1_scales_and_heals_on_the_real_control_plane_behind_its_kuber
     on v1 and no hooks. INSTANTIATE registers ``kubernetes_vim_<id>`` (Tacker's VIM driver
     reads the regions from the real API server with the token and keeps its Fernet key in
     the bed's Barbican), the instance gets seed 000's entry, SCALE_OUT and HEAL of a worker
-    run on the real control plane, and TERMINATE deletes the VIM, and Tacker its key."""
+    run on the real control plane; a CNF (VNF-B, ``--cnf``) is deployed through v1 with
+    that VIM and removed again; and TERMINATE deletes the VIM, and Tacker its key."""
     keys = SimControl(bed.sim_url)
     before = {s["id"] for s in keys.state()["secrets"]}
-    text, _ = run_demo(bed, tmp_path, "--api", "v1", "--scale", "--heal")
+    text, _ = run_demo(bed, tmp_path, "--api", "v1", "--scale", "--heal", "--cnf")
     assert "hooks     off (v1 has no management-driver scripts)" in text
     assert_each_completed_with_its_job(text, "http")
     assert re.search(r"cluster-instantiate\s+register-vim\s+done", text)
@@ -124,6 +126,20 @@ def test_demo_api_v1_scales_and_heals_on_the_real_control_plane_behind_its_kuber
     assert regions and {"default", "kube-system"} <= set(regions.group(1).split(", "))
     # Three nodes, four after SCALE_OUT; the healed worker rejoined, the youngest again.
     healed_worker_is_youngest(text)
+    # --cnf: VNF-B (the sample CNF) deployed by Tacker's v1 Kubernetes infra driver
+    # through the VIM serve registered: COMPLETED, a VNFC per pod, its Deployment Ready
+    # on the master; terminated and deleted, the Deployment gone with it.
+    cnf = text[text.index("== CNF (VNF-B) on VNF-A's cluster") : text.index("== TERMINATE")]
+    assert "Tacker: VNF-B INSTANTIATE COMPLETED" in cnf, cnf
+    assert re.search(r"VNF-B's VNFCs .*: lccn-web-\S+, lccn-web-\S+\n", cnf), cnf
+    assert re.search(r"\n\s+lccn-web\s+2/2\s+2\s+2\s", cnf), cnf
+    assert "Tacker: VNF-B TERMINATE COMPLETED" in cnf, cnf
+    assert re.search(r"VNF-B deleted \(GET answers 404\).*\n.*NotFound.*\"lccn-web\"", cnf), cnf
+    # serve heard VNF-B through the same subscription; its cluster jobs ended, done, at
+    # their parameters (a CNF, not a cluster of VMs).
+    for job in ("cluster-instantiate", "cluster-terminate"):
+        assert re.search(rf"{job}\s+load-params\s+skipped", cnf), cnf
+    assert cnf.count("serve:  COMPLETED: job done") == 2, cnf
     # TERMINATE: our entry and VIM gone; Tacker deleted the key it had put in Barbican.
     assert "Tacker's Kubernetes entries now: []; its VIM deleted: True" in text
     assert {s["id"] for s in keys.state()["secrets"]} == before

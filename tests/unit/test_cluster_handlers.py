@@ -146,7 +146,26 @@ async def test_a_cnf_without_params_is_not_a_cluster_but_a_vm_vnf_without_them_f
         await load_params(
             tacker, lcm_notification(ctx_for(inst, occ, Services(), operation="SCALE"))
         )
-    # A VNF on OpenStack without parameters is a cluster VNF with a mistake: it fails.
+    # v1 lists the project's default VIM after a CNF's own (Tacker appends the one the
+    # instance was created with): the CNF runs on the first.
+    tacker.instances[inst]["vimConnectionInfo"] = [
+        {**K8S_VIM, "vimType": "kubernetes"},
+        {**OPENSTACK_VIM, "vimType": "openstack"},
+    ]
+    with pytest.raises(NotACluster):
+        await load_params(
+            tacker, lcm_notification(ctx_for(inst, occ, Services(), operation="TERMINATE"))
+        )
+    # A VNF on OpenStack without parameters is a cluster VNF with a mistake: it fails
+    # (v1: its Kubernetes entry, which serve appended, comes after the OpenStack one).
+    tacker.instances[inst]["vimConnectionInfo"] = [
+        {**OPENSTACK_VIM, "vimType": "openstack"},
+        {**K8S_VIM, "vimType": "kubernetes"},
+    ]
+    with pytest.raises(PermanentStepError, match="k8s_cluster_installation_param"):
+        await load_params(
+            tacker, lcm_notification(ctx_for(inst, occ, Services(), operation="SCALE"))
+        )
     tacker.instances[inst]["vimConnectionInfo"] = {"vim1": OPENSTACK_VIM, "k8s": K8S_VIM}
     with pytest.raises(PermanentStepError, match="k8s_cluster_installation_param") as failed:
         await load_params(
