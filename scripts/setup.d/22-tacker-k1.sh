@@ -17,8 +17,8 @@
 #
 # and installs it (no dependencies: Tacker's venv has paramiko, eventlet and heatclient)
 # into Tacker's venv. Tacker itself is not changed; no file of Tacker's is in this
-# repository. tests/testbed/tacker_bed.py names the driver in tacker.conf when the wheel
-# is installed; tests/k8s/test_tacker_driver.py runs it.
+# repository. A K1 bed (tests/testbed/tacker_bed.py, start(k1=True)) names the driver in
+# its tacker.conf; tests/k8s/test_tacker_driver.py runs it there.
 #
 # Idempotent: an installed module whose bytes are the sdist's is checked in well under a
 # second; otherwise the wheel is rebuilt and reinstalled. Runs after 21-tacker-sdist.sh.
