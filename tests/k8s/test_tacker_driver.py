@@ -18,6 +18,16 @@ bearer token the script reads then comes from the automatic ``default-token-*``;
 looked into yet.) (Its ``CIS-node`` worker labels need
 ``OS-EXT-SRV-ATTR:host`` among the Heat server resource's attributes, which the
 simulated Heat does not give, so the script labels nothing here.)
+
+The same for Tacker's v1 driver class (``KubernetesMgmtDriver`` of the sdist's
+``kubernetes_mgmt.py``, "K1"), which the conductor imports and calls in its own process:
+a v1 INSTANTIATE of a copy of our v1 package naming it, on an OpenStack VIM registered
+as seed 000 does, on a Tacker of its own (whose conductor runs eventlet-patched).
+Checked: the op-occ COMPLETED, every node Ready under Tacker's names,
+the Kubernetes VIM K1 registers (``GET /v1.0/vims``, ``auth_url`` the master's API
+server) and the instance's ``vimConnectionInfo`` entry naming it, then TERMINATE
+deleting that VIM, and the machine's ``/etc/hosts`` untouched. What it took is in
+``tests/testbed/tacker_driver_v1.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from tests.testbed import tacker_bed, tacker_driver, testhosts
+from tests.testbed import tacker_bed, tacker_driver, tacker_driver_v1, testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
     NETWORK_ID,
@@ -42,6 +52,7 @@ from tests.testbed.tacker_api import (
     terminate_and_delete,
     unique_name,
 )
+from tests.testbed.tacker_v1 import V1Tacker, v1_ext_virtual_links, v1_vim_connection_info
 from tests.testbed.testhosts import TestBed, TestHost, nodes_ready
 
 pytestmark = [pytest.mark.k8s, pytest.mark.tacker, pytest.mark.ssh, pytest.mark.timeout(900)]
@@ -130,3 +141,101 @@ def test_tackers_v2_script_instantiates_simple_and_every_node_is_ready(
             print(f"Tacker's v2 script: INSTANTIATE simple COMPLETED in {elapsed:.1f} s")
         finally:
             terminate_and_delete(tacker, inst)
+
+
+@pytest.fixture(scope="module")
+def k1_bed() -> Iterator[tacker_bed.BedState]:
+    """A Tacker of this module's own whose conductor can run Tacker's v1 driver class (see
+    ``tacker_bed.start(k1=True)``: the driver monkey-patches the process it runs in, so
+    never in the run's shared bed)."""
+    state = tacker_bed.start(owner_pid=os.getpid(), k1=True)
+    try:
+        yield state
+    finally:
+        tacker_bed.stop(state)
+
+
+@pytest.fixture(scope="module")
+def k1_vnfd(k1_bed: tacker_bed.BedState) -> str:
+    """The v1 package copy that names Tacker's v1 driver class, onboarded on the K1 bed."""
+    return tacker_driver_v1.build_and_onboard_k1_package(k1_bed)
+
+
+@pytest.fixture(scope="module")
+def v1_tacker(k1_bed: tacker_bed.BedState) -> V1Tacker:
+    return V1Tacker(k1_bed.url)
+
+
+@pytest.fixture(scope="module")
+def k8s_openstack_vim(k1_bed: tacker_bed.BedState, v1_tacker: V1Tacker, k8s_sim: SimProcess) -> str:
+    """The hosts' simulated cloud as an OpenStack VIM (v1 instantiates on a registered
+    VIM, and the driver reads the nodes' addresses from that cloud's Heat)."""
+    return v1_tacker.register_openstack_vim(
+        k1_bed, k8s_sim.auth_url, k8s_sim.openstack_settings(), unique_name("k1-openstack")
+    )
+
+
+def kubernetes_vims(tacker: V1Tacker) -> dict[str, dict[str, Any]]:
+    """Tacker's Kubernetes VIMs by name (``GET /v1.0/vims``)."""
+    return {v["name"]: v for v in tacker.vims() if v.get("type") == "kubernetes"}
+
+
+def test_tackers_v1_driver_instantiates_simple_registers_its_vim_and_terminate_deletes_it(
+    v1_tacker: V1Tacker,
+    k8s_openstack_vim: str,
+    hosts: TestBed,
+    k1_vnfd: str,
+    machine_etc_hosts: str,
+) -> None:
+    master, workers = hosts.hosts[0], hosts.hosts[1:3]
+    names = {master: tacker_driver.node_name("master", master)} | {
+        w: tacker_driver.node_name("worker", w) for w in workers
+    }
+    with tacker_driver.prepared_hosts(hosts, [master], workers):
+        inst = v1_tacker.create(k1_vnfd, unique_name("tacker-k1-simple"))
+        vim_name = f"kubernetes_vim_{inst}"
+        try:
+            t0 = time.monotonic()
+            occ = v1_tacker.wait_op(
+                v1_tacker.start_op(
+                    inst,
+                    "instantiate",
+                    {
+                        "flavourId": "simple",
+                        "vimConnectionInfo": v1_vim_connection_info(k8s_openstack_vim),
+                        "extVirtualLinks": v1_ext_virtual_links(NETWORK_ID),
+                        "additionalParams": tacker_driver_v1.k1_params(hosts),
+                    },
+                ),
+                timeout=600,
+            )
+            elapsed = time.monotonic() - t0
+            assert occ["operationState"] == "COMPLETED", occ.get("error")
+
+            # Every node Ready on the real control plane, under Tacker's names.
+            nodes = kubectl(hosts, master, "get", "nodes", "-o", "json")
+            assert nodes_ready(nodes) == dict.fromkeys(names.values(), True)
+
+            # The Kubernetes VIM the driver registered: the master's API server.
+            vim = kubernetes_vims(v1_tacker).get(vim_name)
+            assert vim is not None, sorted(kubernetes_vims(v1_tacker))
+            assert vim["auth_url"] == f"https://{master.address}:6443", vim["auth_url"]
+            assert vim["status"] in ("ACTIVE", "REACHABLE", "PENDING"), vim["status"]
+            # ... and the instance's vimConnectionInfo names it.
+            entries = [
+                e
+                for e in v1_tacker.show(inst).get("vimConnectionInfo") or ()
+                if e.get("vimType") == "kubernetes"
+            ]
+            assert [e["vimId"] for e in entries] == [vim["id"]], entries
+            print(f"Tacker's v1 driver: INSTANTIATE simple COMPLETED in {elapsed:.1f} s")
+
+            # TERMINATE: the driver's terminate_end deletes its VIM.
+            occ = v1_tacker.wait_op(
+                v1_tacker.start_op(inst, "terminate", {"terminationType": "FORCEFUL"}),
+                timeout=180,
+            )
+            assert occ["operationState"] == "COMPLETED", occ.get("error")
+            assert vim_name not in kubernetes_vims(v1_tacker)
+        finally:
+            terminate_and_delete(v1_tacker, inst)

@@ -80,6 +80,18 @@ def tacker_venv() -> Path:
     return tacker_home() / "venv"
 
 
+#: Tacker's own v1 Kubernetes management driver ("K1"), as scripts/setup.d/22-tacker-k1.sh
+#: registers it in Tacker's venv (entry point group ``tacker.tacker.mgmt.drivers``)
+K1_DRIVER = "mgmt-drivers-kubernetes"
+
+
+def k1_installed() -> bool:
+    """Whether Tacker's venv holds the ``lccn-tacker-k1`` wheel of ``22-tacker-k1.sh``."""
+    return any(
+        tacker_venv().glob("lib/python3*/site-packages/lccn_tacker_k1-*.dist-info/entry_points.txt")
+    )
+
+
 def is_installed() -> bool:
     return (tacker_home() / "installed.stamp").is_file() and (
         tacker_venv() / "bin" / "tacker-server"
@@ -111,6 +123,7 @@ class BedState:
     vhost: str = ""  # the bed's own RabbitMQ vhost ("" = the default one)
     keystone_url: str = ""  # the bed's Keystone (and Barbican), for [keystone_authtoken]
     sim_url: str = ""  # that simulator's root (its /_sim control API)
+    k1: bool = False  # a bed of its own for Tacker's v1 Kubernetes driver (see start())
 
     @property
     def url(self) -> str:
@@ -282,6 +295,10 @@ def _write_config(state: BedState) -> Path:
     from tests.testbed.openstack_sim.app import SimConfig
 
     sim = SimConfig()
+    # v1 management drivers: Tacker's no-op (what a VNFD naming none gets) and, on a K1
+    # bed only (start(k1=True)), Tacker's own Kubernetes driver K1, which only a VNFD
+    # naming ``mgmt-drivers-kubernetes`` gets (tests/testbed/tacker_driver_v1.py).
+    mgmt_drivers = ",".join(["vnflcm_noop", *([K1_DRIVER] if state.k1 else [])])
     conf = f"""[DEFAULT]
 auth_strategy = noauth
 bind_host = 127.0.0.1
@@ -310,6 +327,9 @@ lock_path = {work}/locks
 
 [vnf_lcm]
 endpoint_url = {state.url}/
+
+[tacker]
+vnflcm_mgmt_driver = {mgmt_drivers}
 
 [vim_keys]
 openstack = {work}/vim_keys
@@ -428,9 +448,28 @@ def _ready(state: BedState) -> bool:
     if status != 200 or not isinstance(body, dict):
         return False
     # The API answers before the conductor listens; its log shows it when it runs its
-    # periodic tasks (and the RPC server is up).
+    # periodic tasks (and the RPC server is up). The eventlet backend (a K1 bed's) logs
+    # nothing then: there, RabbitMQ's queues of the bed's vhost show the consumers.
+    if state.k1 and state.vhost:
+        return _conductor_consumes(state.vhost)
     log = Path(state.workdir) / "logs" / "tacker-conductor.log"
     return log.is_file() and _READY_LINE in log.read_text(errors="replace")
+
+
+def _conductor_consumes(vhost: str) -> bool:
+    """Whether the conductor consumes its v1 and v2 RPC queues on ``vhost``."""
+    out = subprocess.run(
+        ["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "consumers"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout
+    consumers = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    return all(consumers.get(q, "0").strip() not in ("", "0") for q in _CONDUCTOR_QUEUES)
+
+
+_CONDUCTOR_QUEUES = ("TACKER_CONDUCTOR", "TACKER_CONDUCTOR_V2")
 
 
 def _rabbitmqctl(*args: str) -> None:
@@ -451,13 +490,41 @@ def _create_vhost(name: str) -> str:
     return name
 
 
-def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> BedState:
+# The conductor of a K1 bed: Tacker's own tacker-conductor's main(), eventlet-patched
+# from the start on oslo.service's eventlet backend (see start()).
+_EVENTLET_CONDUCTOR = """\
+import sys
+from tacker.common import eventlet_utils
+eventlet_utils.monkey_patch()
+from oslo_service import backend
+backend.init_backend(backend.BackendType.EVENTLET)
+from tacker.cmd.conductor import main
+sys.exit(main())
+"""
+
+
+def start(
+    *, startup_timeout: float = 120.0, owner_pid: int | None = None, k1: bool = False
+) -> BedState:
     """Start conductor and server; returns once the v2 API and the conductor are ready.
 
     Arguments:
         owner_pid: when given, a watchdog process stops the bed (kills Tacker, drops the
             database) once that process is gone, so a killed test run leaves nothing
             running. The CLI ``start`` passes none: its bed lives until ``stop``.
+        k1: a bed for Tacker's own v1 Kubernetes driver (``KubernetesMgmtDriver`` of the
+            sdist's samples, installed by ``scripts/setup.d/22-tacker-k1.sh``; see
+            ``tests/testbed/tacker_driver_v1.py``): ``[tacker] vnflcm_mgmt_driver`` names it
+            beside ``vnflcm_noop``, and the conductor runs eventlet-patched from the start.
+            K1 calls ``eventlet.monkey_patch()`` inside the conductor when it runs its
+            first command; Tacker 16.0.0's conductor runs oslo.service's threading
+            backend, and patching it then mixes native threads with green locks: the
+            SSH transport's thread (started before) never wakes the channel's now-green
+            event, the command times out, and the conductor is left broken for every
+            later operation ("cannot notify on un-acquired lock"; the op-occ stays
+            PROCESSING). Started patched (as Tacker still starts its API server:
+            ``tacker.cmd.eventlet``), the driver's call patches nothing new. Never the
+            run's shared bed: that one keeps Tacker's own threading conductor.
 
     Raises:
         BedError: not installed, a process died, or not ready in time (log tail inside).
@@ -467,10 +534,18 @@ def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> Be
             f"Tacker {TACKER_VERSION} is not installed in {tacker_venv()}: "
             "run bash scripts/setup.d/20-tacker.sh"
         )
+    if k1 and not k1_installed():
+        raise BedError(
+            "Tacker's v1 Kubernetes driver is not in Tacker's venv: "
+            "run bash scripts/setup.d/22-tacker-k1.sh"
+        )
     t0 = time.monotonic()
     db = f"lccn_tacker_{uuid.uuid4().hex[:12]}"
     state = BedState(
-        port=free_port(), database=db, workdir=tempfile.mkdtemp(prefix="lccn-tacker-bed-")
+        port=free_port(),
+        database=db,
+        workdir=tempfile.mkdtemp(prefix="lccn-tacker-bed-"),
+        k1=k1,
     )
     try:
         _psql_python(f'CREATE DATABASE "{db}"')
@@ -497,6 +572,11 @@ def start(*, startup_timeout: float = 120.0, owner_pid: int | None = None) -> Be
         _fit_v1_schema(db)
         for name in ("tacker-conductor", "tacker-server"):
             cmd = [str(bin_dir / name), "--config-file", str(conf)]
+            if name == "tacker-conductor" and k1:
+                # A file named as Tacker's: oslo.log names the log file after the program.
+                launcher = Path(state.workdir) / name
+                launcher.write_text(_EVENTLET_CONDUCTOR)
+                cmd = [str(bin_dir / "python"), str(launcher), *cmd[1:]]
             if name == "tacker-conductor":
                 cmd += ["--config-file", str(Path(state.workdir) / "conductor.conf")]
             # A session of its own: api workers are forked children, stop() ends the group.

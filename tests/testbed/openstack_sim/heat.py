@@ -749,6 +749,10 @@ class HeatEngine:
             "addresses": addresses,
             "networks": {k: [a["addr"] for a in v] for k, v in addresses.items()},
             "first_address": next((a["addr"] for v in addresses.values() for a in v), ""),
+            # Heat's OS::Nova::Server attribute (the ids of the server's groups). Tacker's
+            # v1 Kubernetes driver intersects it with the stack's anti-affinity groups for
+            # each worker; without it that driver fails (``set(None)``).
+            "server_groups": list(groups),
         }
 
     def _delete_resource(self, res: Resource) -> None:
