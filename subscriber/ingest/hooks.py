@@ -48,12 +48,11 @@ from handlers.results import DrainServers, Leaving
 from schemas import LcmOperationStateType, parse_notification_data
 from schemas.hooks import HOOK_POINTS, HookRequest, hook_key
 from schemas.ids import is_resource_id
-from subscriber import tracing
 from subscriber.config import HookSettings
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.handback import HookAnswers
 from subscriber.ingest.problems import problem_response
-from subscriber.ingest.traced import ingest_attributes, note_appended
+from subscriber.ingest.traced import append_traced
 from subscriber.kernel import RoutingTable
 from subscriber.redact import redact, redact_text
 from subscriber.store import EventRow, EventStatus, NewEvent, StepStatus, Store
@@ -378,15 +377,8 @@ class LcmHooks:
         event = _hook_event(found, hook.state)
         if event is None:
             data = _synthesized(hook)
-            notification = parse_notification_data(data)
-            with tracing.span("ingest", ingest_attributes("hook", notification)) as span:
-                new = NewEvent(
-                    source="hook",
-                    notification=notification,
-                    body=data,
-                    traceparent=span.traceparent,
-                )
-                note_appended(span, await self._store.events.append(new))
+            new = NewEvent(source="hook", notification=parse_notification_data(data), body=data)
+            await append_traced(self._store.events.append, new)
             return
         if event.status != EventStatus.FAILED:
             return

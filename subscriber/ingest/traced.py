@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from schemas import Notification, VnfLcmOperationOccurrenceNotification
 from subscriber import tracing
+from subscriber.store import NewEvent
 from subscriber.tracing import Span
 
-__all__ = ["ingest_attributes", "note_appended"]
+__all__ = ["append_traced", "ingest_attributes", "note_appended"]
+
+T = TypeVar("T")
 
 
 def ingest_attributes(source: str, notification: Notification) -> dict[str, str] | None:
@@ -35,3 +40,12 @@ def note_appended(span: Span, result: Any) -> None:
     if event_id is not None:
         span.set("lccn.event_id", event_id)
         span.set("lccn.duplicate", bool(getattr(result, "duplicate", False)))
+
+
+async def append_traced(append: Callable[[NewEvent], Awaitable[T]], new: NewEvent) -> T:
+    """``append(new)`` inside an ``ingest`` span whose traceparent the event carries: where
+    an event is made (the reconciler, the drain hook), its trace starts, as a callback's."""
+    with tracing.span("ingest", ingest_attributes(new.source, new.notification)) as span:
+        result = await append(replace(new, traceparent=span.traceparent))
+        note_appended(span, result)
+        return result

@@ -31,15 +31,13 @@ import asyncio
 import datetime as dt
 import logging
 import uuid
-from dataclasses import replace
 from typing import Any
 
 from schemas import NotificationParseError, parse_notification_data
 from schemas.ids import is_resource_id
-from subscriber import tracing
 from subscriber.config import TackerSettings
 from subscriber.errors import LccnError, TackerRejected
-from subscriber.ingest.traced import ingest_attributes, note_appended
+from subscriber.ingest.traced import append_traced
 from subscriber.lifecycle import Component
 from subscriber.store import EventStatus, NewEvent, Store
 from subscriber.tacker.client import TackerClient
@@ -227,16 +225,9 @@ class Reconciler(Component):
                 continue
             if not states or state in states:
                 body = synthesise(occ, state, api=api, subscription_id=sub, current=True)
-                new_event = self._new_event(body)
-                # The transition this service may run: its trace starts here, as a
-                # callback's starts at ingest (the implied ones below are never run).
-                with tracing.span(
-                    "ingest", ingest_attributes("reconcile", new_event.notification)
-                ) as span:
-                    result = await self._store.events.append(
-                        replace(new_event, traceparent=span.traceparent)
-                    )
-                    note_appended(span, result)
+                # The transition this service may run: its trace starts here (the
+                # implied ones below are never run).
+                result = await append_traced(self._store.events.append, self._new_event(body))
                 if not result.duplicate:
                     new += 1
                     log.info(
