@@ -251,20 +251,34 @@ class Metrics:
         self._store_ttl = store_ttl
         self._store_read_at = 0.0
         self._store_lock = asyncio.Lock()
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
 
     # -- hooks ---------------------------------------------------------------
 
     def observe_appends(self, batch: Any) -> None:
         """EventStore observer: every append outcome, duplicates included."""
+        child = self._child
         for item in batch:
             assert isinstance(item, AppendObservation)
-            self.ingest_latency.labels(item.source).observe(item.seconds)
+            child(self.ingest_latency, item.source).observe(item.seconds)
             if item.duplicate:
-                self.events_duplicate.labels(item.source).inc()
+                child(self.events_duplicate, item.source).inc()
             else:
-                self.events_received.labels(
-                    item.source, _short_type(item.notification_type), item.operation_state or ""
+                child(
+                    self.events_received,
+                    item.source,
+                    _short_type(item.notification_type),
+                    item.operation_state or "",
                 ).inc()
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, each series' child looked up once: every append
+        passes here, and prometheus_client's ``labels()`` costs several times an ``inc()``."""
+        key = (metric, values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def job_finished(self, outcome: str, mode: str) -> None:
         self.jobs.labels(outcome, mode).inc()
