@@ -13,9 +13,9 @@ import requests
 from aiohttp import web
 from pydantic import SecretStr
 
-from subscriber.config import AuthSettings, BasicAuthSettings
+from subscriber.config import AuthSettings, BasicAuthSettings, HttpSettings
 from subscriber.service import Service
-from tests.conftest import ServiceFactory, callback_url
+from tests.conftest import ServiceFactory, callback_url, free_port
 from tests.factories import OPERATIONS, STATES, identifier, op_occ, uid, v1_op_occ
 
 pytestmark = pytest.mark.asyncio
@@ -225,6 +225,26 @@ async def test_oversized_body_is_413_without_reading_it_all(
     assert b" 413 " in status_line
     writer.close()
     await writer.wait_closed()
+
+
+async def test_a_declared_length_up_to_the_cap_is_read_whole_and_one_past_is_413(
+    start_service: ServiceFactory, http: aiohttp.ClientSession
+) -> None:
+    cap = 4096
+    svc = await start_service(
+        update={"http": HttpSettings(host="127.0.0.1", port=free_port(), max_body_bytes=cap)}
+    )
+    bodies = []
+    for pad in (cap, cap + 1):  # JSON with trailing blanks, Content-Length given
+        raw = json.dumps(op_occ()).encode()
+        bodies.append(raw + b" " * (pad - len(raw)))
+    headers = {"Content-Type": "application/json"}
+    async with http.post(callback_url(svc), data=bodies[0], headers=headers) as resp:
+        assert resp.status == 204
+    async with http.post(callback_url(svc), data=bodies[1], headers=headers) as resp:
+        assert resp.status == 413
+    [stored] = await svc.store.events.list()
+    assert json.loads(stored.body) == json.loads(bodies[0])
 
 
 async def test_oversized_chunked_body_is_413(
