@@ -27,7 +27,7 @@ from schemas.enums import (
     NotificationType,
     Verbosity,
 )
-from schemas.ids import ResourceId
+from schemas.ids import ResourceId, error_message
 from schemas.problem import ProblemDetails
 from subscriber.errors import NotificationParseError
 
@@ -187,7 +187,7 @@ def _translate(exc: ValidationError) -> NotificationParseError:
     if kind in ("model_type", "model_attributes_type", "dict_type") and not loc:
         return NotificationParseError("body must be a JSON object")
     field = _loc_text(loc) or None
-    msg = err.get("msg", "invalid")
+    msg = error_message(err)
     if field:
         return NotificationParseError(f"'{field}': {msg}", field)
     return NotificationParseError(msg)

@@ -47,7 +47,7 @@ from pydantic import ValidationError
 from handlers.results import DrainServers, Leaving
 from schemas import LcmOperationStateType, parse_notification_data
 from schemas.hooks import HOOK_POINTS, HookRequest, hook_key
-from schemas.ids import is_resource_id
+from schemas.ids import error_message, is_resource_id
 from subscriber.config import HookSettings
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.handback import HookAnswers
@@ -295,7 +295,10 @@ class LcmHooks:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or None
             return problem_response(
-                400, f"{field or 'body'}: {first['msg']}", instance=request.path, field=field
+                400,
+                f"{field or 'body'}: {error_message(first)}",
+                instance=request.path,
+                field=field,
             )
         try:
             await self._remember(hook)
