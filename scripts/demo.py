@@ -66,7 +66,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.testbed import tacker_bed, testhosts  # noqa: E402
+from tests.testbed import cnf, tacker_bed, testhosts  # noqa: E402
 from tests.testbed.cluster_vnf import k8s_params, v1_params  # noqa: E402
 from tests.testbed.openstack_sim.process import SimProcess  # noqa: E402
 from tests.testbed.tacker_api import (  # noqa: E402
@@ -391,25 +391,6 @@ def nodes_on_master(hosts: Any, kubernetes: str) -> None:
     kubectl_on_master(hosts, "get", "nodes", "-o", "wide")
 
 
-CNF_PACKAGE = "cnf_deployment"  # scripts/vnf_package/: the Deployment lccn-web, 2 replicas
-CNF_FILES = ["Files/kubernetes/deployment.yaml"]
-CNF_FLAVOUR = "Definitions/lccn_cnf_df_simple.yaml"
-MAPPED = "    properties:\n      flavour_id: simple\n"
-
-
-def cnf_v1_flavour() -> dict[str, str]:
-    """The sample CNF's flavour as v1 reads it: Tacker 16.0.0's v1 pops ``requirements``
-    from the flavour's ``substitution_mappings`` unconditionally
-    (``tacker/vnflcm/utils.py::_get_vnfd_dict``; a KeyError without it, and the
-    INSTANTIATE is ROLLED_BACK at the grant), so the v1 copy maps the external virtual
-    link as Tacker's v1 CNF samples do. The package's own (v2's) is left as it is."""
-    text = (REPO / "scripts" / "vnf_package" / CNF_PACKAGE / CNF_FLAVOUR).read_text()
-    if MAPPED not in text:
-        raise DemoError(f"{CNF_FLAVOUR}: no substitution_mappings properties to extend")
-    extended = MAPPED + "    requirements:\n      virtual_link_external: []\n"
-    return {CNF_FLAVOUR: text.replace(MAPPED, extended)}
-
-
 def cnf_job(serve: Serve, occ: dict[str, Any]) -> None:
     """serve's job for a VNF-B op-occ: the same subscription brings VNF-B's notifications,
     and the cluster handlers end done at the parameters step (a CNF, not a cluster)."""
@@ -433,25 +414,12 @@ def cnf_through_v1(
         raise DemoError("VNF-A's instance names no Kubernetes VIM to deploy the CNF on")
     vim_id = entries[-1]["vimId"]
     with phase(f"CNF (VNF-B) on VNF-A's cluster, through v1 and Kubernetes VIM {vim_id}"):
-        vnfd_b = tacker_bed.build_and_onboard(bed, CNF_PACKAGE, extra=cnf_v1_flavour())
+        vnfd_b = cnf.build_and_onboard(bed, api="v1")
         b = tacker.create(vnfd_b, unique_name("demo-v1-cnf"))
         say(f"  sample CNF package (v1 copy) onboarded (vnfdId {vnfd_b}); VNF-B is instance {b}")
         try:
             t0 = time.monotonic()
-            occ = tacker.run_op(
-                b,
-                "instantiate",
-                {
-                    "flavourId": "simple",
-                    "vimConnectionInfo": [
-                        {"id": f"k8s-{vim_id[:8]}", "vimId": vim_id, "vimType": "kubernetes"}
-                    ],
-                    "additionalParams": {
-                        "lcm-kubernetes-def-files": CNF_FILES,
-                        "namespace": "default",
-                    },
-                },
-            )
+            occ = tacker.run_op(b, "instantiate", cnf.v1_instantiate_request(vim_id))
             say(f"  Tacker: VNF-B {occ['operation']} {occ['operationState']} ({elapsed(t0)})")
             if occ["operationState"] != "COMPLETED":
                 raise DemoError(f"VNF-B's INSTANTIATE ended {occ['operationState']}: {occ}")
@@ -462,7 +430,7 @@ def cnf_through_v1(
             ]
             say(f"  VNF-B's VNFCs (Tacker's vnfcResourceInfo): {', '.join(sorted(pods))}")
             say("  its Deployment, on the master:")
-            kubectl_on_master(hosts, "get", "deployment", "lccn-web", "-n", "default")
+            kubectl_on_master(hosts, "get", "deployment", cnf.DEPLOYMENT, "-n", cnf.NAMESPACE)
             t0 = time.monotonic()
             occ = tacker.run_op(b, "terminate", {"terminationType": "FORCEFUL"})
             say(f"  Tacker: VNF-B {occ['operation']} {occ['operationState']} ({elapsed(t0)})")
@@ -475,7 +443,7 @@ def cnf_through_v1(
         tacker.delete(b)
         status, _, _ = tacker.call("GET", f"{tacker.lcm}/vnf_instances/{b}")
         say(f"  VNF-B deleted (GET answers {status}); its Deployment now:")
-        kubectl_on_master(hosts, "get", "deployment", "lccn-web", "-n", "default")
+        kubectl_on_master(hosts, "get", "deployment", cnf.DEPLOYMENT, "-n", cnf.NAMESPACE)
 
 
 @contextlib.contextmanager

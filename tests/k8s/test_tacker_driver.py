@@ -12,7 +12,19 @@ be given for it, and why, is in ``tests/testbed/tacker_driver.py``.
 Checked: the op-occ COMPLETED, every node Ready on the real control plane under the
 names Tacker's scripts give (``master<octet>``, ``worker<octet>``), the script's own
 traces on the hosts (its ``/etc/hosts`` lines; our script's end marker), and the
-machine's own ``/etc/hosts`` untouched. (Its ``default-token-k8svim`` secret, made from
+machine's own ``/etc/hosts`` untouched. Then VNF-B, the sample CNF
+(``scripts/vnf_package/cnf_deployment``, the Deployment ``lccn-web`` of two replicas),
+on that cluster through Tacker v2: the script keeps no access data in Tacker, so the
+test reads what it collected (``tacker_driver.collected_access``: the master's API
+server, its ``/etc/kubernetes/pki/ca.crt``, the bearer token of the first
+``default-token*`` secret, the ``default`` service account the script binds to
+``cluster-admin``) and hands it over as an operator would, in the CNF's
+InstantiateVnfRequest ``vimConnectionInfo`` (vimType ``kubernetes``, interfaceInfo
+``endpoint`` and ``ssl_ca_cert``, accessInfo ``bearer_token``; the token in the request
+body only, a ``cnf.Secret`` so no traceback shows it). Checked: VNF-B's INSTANTIATE
+COMPLETED, its Deployment 2/2 available on the real API server and labelled with VNF-B's
+instance, the instance showing no token, TERMINATE COMPLETED with the Deployment gone,
+and the instance deleted. (Its ``default-token-k8svim`` secret, made from
 its ``create_admin_token.yaml``, was not in the cluster afterwards on 1.20.2: the
 bearer token the script reads then comes from the automatic ``default-token-*``; not
 looked into yet.) (Its ``CIS-node`` worker labels need
@@ -25,9 +37,16 @@ a v1 INSTANTIATE of a copy of our v1 package naming it, on an OpenStack VIM regi
 as seed 000 does, on a Tacker of its own (whose conductor runs eventlet-patched).
 Checked: the op-occ COMPLETED, every node Ready under Tacker's names,
 the Kubernetes VIM K1 registers (``GET /v1.0/vims``, ``auth_url`` the master's API
-server) and the instance's ``vimConnectionInfo`` entry naming it, then TERMINATE
-deleting that VIM, and the machine's ``/etc/hosts`` untouched. What it took is in
-``tests/testbed/tacker_driver_v1.py``.
+server) and the instance's ``vimConnectionInfo`` entry naming it; then VNF-B through
+Tacker v1 on that VIM, as a v1 user deploys a CNF (the v1 copy of the CNF's flavour,
+``vimConnectionInfo: [{vimId, vimType: kubernetes}]``,
+``additionalParams["lcm-kubernetes-def-files"]``; Tacker's v1 Kubernetes infra driver
+takes the endpoint, CA and token from the VIM): its INSTANTIATE COMPLETED, the
+Deployment 2/2 available on the real API server, TERMINATE COMPLETED with the Deployment
+gone and the instance deleted; then the cluster's TERMINATE deleting K1's VIM, and the
+machine's ``/etc/hosts`` untouched. What it took is in
+``tests/testbed/tacker_driver_v1.py``; the CNF's requests are ``tests/testbed/cnf.py``'s,
+which ``scripts/demo.py --api v1 --cnf`` uses for the cluster ``serve`` built.
 """
 
 from __future__ import annotations
@@ -43,7 +62,7 @@ from typing import Any
 
 import pytest
 
-from tests.testbed import tacker_bed, tacker_driver, tacker_driver_v1, testhosts
+from tests.testbed import cnf, tacker_bed, tacker_driver, tacker_driver_v1, testhosts
 from tests.testbed.openstack_sim.process import SimProcess
 from tests.testbed.tacker_api import (
     NETWORK_ID,
@@ -139,8 +158,68 @@ def test_tackers_v2_script_instantiates_simple_and_every_node_is_ready(
                 # ... and our install script (the package's script_path) ran to its end.
                 assert (hosts.private_dir(host, "/tmp") / "installed").is_file(), host.name
             print(f"Tacker's v2 script: INSTANTIATE simple COMPLETED in {elapsed:.1f} s")
+
+            # VNF-B on that cluster: the script kept no access data in Tacker, so the
+            # operator hands the cluster over in the CNF's request, with what the script
+            # collected (endpoint, CA, the default service account's token).
+            access = tacker_driver.collected_access(hosts, master)
+            assert access["endpoint"] == f"https://{master.address}:6443"
+            entry = cnf.v2_kubernetes_entry(**access)
+            took = cnf_through_v2(bed, tacker, hosts, master, entry)
+            print(f"VNF-B through v2 on its cluster: {took}")
         finally:
             terminate_and_delete(tacker, inst)
+
+
+def available(bed: TestBed, master: TestHost) -> tuple[int, int] | None:
+    """The CNF's Deployment on the real control plane: (replicas, available replicas), or
+    None when there is none."""
+    found = cnf.deployment(bed, master)
+    if found is None:
+        return None
+    return found["spec"]["replicas"], found["status"].get("availableReplicas", 0)
+
+
+def cnf_through_v2(
+    bed: tacker_bed.BedState,
+    tacker: TackerClient,
+    hosts: TestBed,
+    master: TestHost,
+    entry: dict[str, Any],
+) -> str:
+    """VNF-B (the sample CNF) INSTANTIATEd by Tacker v2 on the cluster of ``entry``, its
+    Deployment 2/2 available on the master's API server, labelled with the instance,
+    then TERMINATE removing it and DELETE of the instance; the times taken (onboarding
+    included)."""
+    t0 = time.monotonic()
+    b = tacker.create(cnf.build_and_onboard(bed), unique_name("tacker-driver-cnf"))
+    try:
+        # The token goes in the request body only; Tacker's API never shows it back.
+        occ = tacker.wait_op(
+            tacker.start_op(b, "instantiate", cnf.v2_instantiate_request(entry)), timeout=300
+        )
+        assert occ["operationState"] == "COMPLETED", occ.get("error")
+        took_instantiate = time.monotonic() - t0
+        assert available(hosts, master) == (cnf.REPLICAS, cnf.REPLICAS)
+        labels = (cnf.deployment(hosts, master) or {})["metadata"].get("labels") or {}
+        assert labels.get("tacker_vnf_instance_id") == b, labels
+        shown = json.dumps(tacker.show(b)["vimConnectionInfo"])
+        assert "bearer_token" not in shown
+
+        t1 = time.monotonic()
+        occ = tacker.wait_op(
+            tacker.start_op(b, "terminate", {"terminationType": "FORCEFUL"}), timeout=300
+        )
+        assert occ["operationState"] == "COMPLETED", occ.get("error")
+        assert available(hosts, master) is None
+        took_terminate = time.monotonic() - t1
+    finally:
+        terminate_and_delete(tacker, b)
+    status, _, _ = tacker.call("GET", f"{tacker.lcm}/vnf_instances/{b}")
+    assert status == 404, status
+    return (
+        f"INSTANTIATE {took_instantiate:.1f} s (with onboarding), TERMINATE {took_terminate:.1f} s"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +259,41 @@ def kubernetes_vims(tacker: V1Tacker) -> dict[str, dict[str, Any]]:
     return {v["name"]: v for v in tacker.vims() if v.get("type") == "kubernetes"}
 
 
+def cnf_through_v1(
+    state: tacker_bed.BedState, tacker: V1Tacker, hosts: TestBed, master: TestHost, vim_id: str
+) -> str:
+    """VNF-B (the v1 copy of the sample CNF) INSTANTIATEd by Tacker v1's Kubernetes infra
+    driver on the Kubernetes VIM ``vim_id``, its Deployment 2/2 available on the master's
+    API server, then TERMINATE removing it and DELETE of the instance; the times taken
+    (onboarding included)."""
+    t0 = time.monotonic()
+    b = tacker.create(cnf.build_and_onboard(state, api="v1"), unique_name("tacker-k1-cnf"))
+    try:
+        occ = tacker.wait_op(
+            tacker.start_op(b, "instantiate", cnf.v1_instantiate_request(vim_id)), timeout=300
+        )
+        assert occ["operationState"] == "COMPLETED", occ.get("error")
+        took_instantiate = time.monotonic() - t0
+        assert available(hosts, master) == (cnf.REPLICAS, cnf.REPLICAS)
+
+        t1 = time.monotonic()
+        occ = tacker.wait_op(
+            tacker.start_op(b, "terminate", {"terminationType": "FORCEFUL"}), timeout=300
+        )
+        assert occ["operationState"] == "COMPLETED", occ.get("error")
+        assert available(hosts, master) is None
+        took_terminate = time.monotonic() - t1
+    finally:
+        terminate_and_delete(tacker, b)
+    status, _, _ = tacker.call("GET", f"{tacker.lcm}/vnf_instances/{b}")
+    assert status == 404, status
+    return (
+        f"INSTANTIATE {took_instantiate:.1f} s (with onboarding), TERMINATE {took_terminate:.1f} s"
+    )
+
+
 def test_tackers_v1_driver_instantiates_simple_registers_its_vim_and_terminate_deletes_it(
+    k1_bed: tacker_bed.BedState,
     v1_tacker: V1Tacker,
     k8s_openstack_vim: str,
     hosts: TestBed,
@@ -229,6 +342,11 @@ def test_tackers_v1_driver_instantiates_simple_registers_its_vim_and_terminate_d
             ]
             assert [e["vimId"] for e in entries] == [vim["id"]], entries
             print(f"Tacker's v1 driver: INSTANTIATE simple COMPLETED in {elapsed:.1f} s")
+
+            # VNF-B through v1 on that VIM, as a v1 user deploys a CNF; then deleted,
+            # before the cluster's TERMINATE deletes the VIM.
+            took = cnf_through_v1(k1_bed, v1_tacker, hosts, master, vim["id"])
+            print(f"VNF-B through v1 on its VIM: {took}")
 
             # TERMINATE: the driver's terminate_end deletes its VIM.
             occ = v1_tacker.wait_op(

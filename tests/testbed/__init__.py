@@ -6,6 +6,7 @@
 * :mod:`tests.testbed.serve`         ``lccn-subscriber serve`` as a subprocess (tests, bench)
 * :mod:`tests.testbed.tacker_serve`  ``serve`` subscribed to the bed's Tacker, its cluster settings
 * :mod:`tests.testbed.tacker_driver` Tacker's own v2 management-driver script on the hosts
+* :mod:`tests.testbed.cnf`           the sample CNF (VNF-B): its package and v1/v2 requests
 * :mod:`tests.testbed.openstack_sim` the simulated OpenStack (Keystone, Heat, Nova, Cinder)
 * :mod:`tests.testbed.testhosts`     real sshd hosts in network namespaces (``ssh``, ``k8s``, bench)
 * :mod:`tests.testbed.kafka_broker`  a throwaway Kafka-protocol broker (``kafka`` tier, bench)

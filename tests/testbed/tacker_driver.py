@@ -18,6 +18,10 @@ install script, this is what had to be prepared, and why:
   (``Scripts/install_k8s_cluster.sh``). :func:`build_and_onboard_driver_package`.
 * **The request.** :func:`driver_params`: the v2 guide's ``k8s_cluster_installation_param``
   with password logins (the script knows no keys), the test user on every node.
+* **The cluster's access, afterwards.** The script collects the API server's URL, its
+  CA and a bearer token, then discards them: nothing reaches Tacker. To deploy a CNF on
+  the cluster, an operator hands it over in the CNF's own request;
+  :func:`collected_access` reads the same three from the master as the script does.
 * **The hosts** (:func:`prepared_hosts`; undone on exit). The script assumes an Ubuntu
   cloud image's VM, reached at port 22 (hard-coded) with a password:
   - sshd on port 22 with password login and a sudo user: the ``k8s`` hosts have that
@@ -63,7 +67,10 @@ install script, this is what had to be prepared, and why:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -76,7 +83,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.testbed import tacker_bed, testhosts
+from tests.testbed import cnf, tacker_bed, testhosts
 from tests.testbed.cluster_vnf import k8s_params
 from tests.testbed.testhosts import TestBed, TestHost
 
@@ -84,6 +91,7 @@ __all__ = [
     "DRIVER_SCRIPT",
     "build_and_onboard_driver_package",
     "check_private_etc",
+    "collected_access",
     "driver_files",
     "driver_params",
     "flavours",
@@ -259,6 +267,54 @@ def driver_params(bed: TestBed, *, ha: bool = False) -> dict[str, Any]:
 def node_name(role: str, host: TestHost) -> str:
     """The name Tacker's scripts give a node: ``master<octet>`` / ``worker<octet>``."""
     return f"{role}{host.address.rsplit('.', 1)[1]}"
+
+
+def collected_access(bed: TestBed, master: TestHost, *, timeout: float = 30.0) -> dict[str, str]:
+    """The cluster's access data as Tacker's v2 script collects it on ``master`` (and then
+    discards: it stores nothing in Tacker), for an operator to hand the cluster to Tacker.
+
+    ``endpoint``: the master's API server (the script's ``server``, from ``kubectl
+    cluster-info``); ``ssl_ca_cert``: the master's ``/etc/kubernetes/pki/ca.crt`` (which
+    the install script prints and the script parses); ``bearer_token``: the token of the
+    first ``default-token*`` secret of the ``default`` namespace, by name, as the script's
+    ``kubectl get secret | grep '^default-token' | ... describe`` reads it: a token of
+    the service account ``default``, which the script binds to ``cluster-admin``. On
+    Kubernetes 1.20 the token controller fills such a secret in shortly after it is
+    made; this waits up to ``timeout`` seconds for one.
+
+    The token is returned as a :class:`~tests.testbed.cnf.Secret` (its repr hidden), never
+    printed: errors name secrets, not their data.
+
+    Raises:
+        AssertionError: no such secret with a token within ``timeout``, or kubectl failed.
+    """
+    ca = (bed.private_dir(master, "/etc/kubernetes") / "pki" / "ca.crt").read_text()
+    deadline = time.monotonic() + timeout
+    while True:
+        out = testhosts.admin_kubectl(bed, master, "get", "secrets", "-n", "default", "-o", "json")
+        assert out.returncode == 0, f"kubectl get secrets: {out.stderr.strip()}"
+        secrets = sorted(json.loads(out.stdout)["items"], key=lambda s: s["metadata"]["name"])
+        names = [s["metadata"]["name"] for s in secrets]
+        for secret in secrets:
+            if (
+                secret["metadata"]["name"].startswith("default-token")
+                and secret.get("type") == "kubernetes.io/service-account-token"
+                and (secret.get("data") or {}).get("token")
+            ):
+                try:
+                    token = base64.b64decode(secret["data"]["token"], validate=True).decode()
+                except (binascii.Error, UnicodeDecodeError):
+                    raise AssertionError(
+                        f"secret {secret['metadata']['name']}: its token is not base64 text"
+                    ) from None
+                return {
+                    "endpoint": f"https://{master.address}:6443",
+                    "ssl_ca_cert": ca,
+                    "bearer_token": cnf.Secret(token),
+                }
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no default-token* secret with a token in {timeout} s: {names}")
+        time.sleep(1)
 
 
 def check_private_etc(host: TestHost) -> None:

@@ -78,6 +78,7 @@ __all__ = [
     "BASE_ROOT",
     "TestBed",
     "TestHost",
+    "admin_kubectl",
     "create",
     "destroy",
     "destroy_all",
@@ -843,21 +844,28 @@ def nodes_ready(nodes: dict[str, Any]) -> dict[str, bool]:
     return out
 
 
-def nodes_json(bed: TestBed, master: TestHost) -> dict[str, Any] | None:
-    """``kubectl get nodes -o json``, asked of the real API server from this process with
-    the master's admin kubeconfig (real mode); None while there is none or it does not
-    answer."""
+def admin_kubectl(bed: TestBed, master: TestHost, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The real kubectl ``argv`` from this process with ``master``'s admin kubeconfig (real
+    mode), output as text; never raises on its exit code. What it prints stays in the
+    result: callers that read secrets keep them out of messages."""
     config = bed.private_dir(master, "/etc/kubernetes") / "admin.conf"
-    if not config.exists():
-        return None
-    out = subprocess.run(
-        [str(k8s_bin_dir() / "kubectl"), "--kubeconfig", str(config), "get", "nodes", "-o", "json"],
+    return subprocess.run(
+        [str(k8s_bin_dir() / "kubectl"), "--kubeconfig", str(config), *argv],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
         env={k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
     )
+
+
+def nodes_json(bed: TestBed, master: TestHost) -> dict[str, Any] | None:
+    """``kubectl get nodes -o json``, asked of the real API server from this process with
+    the master's admin kubeconfig (real mode); None while there is none or it does not
+    answer."""
+    if not (bed.private_dir(master, "/etc/kubernetes") / "admin.conf").exists():
+        return None
+    out = admin_kubectl(bed, master, "get", "nodes", "-o", "json")
     return json.loads(out.stdout) if out.returncode == 0 else None  # type: ignore[no-any-return]
 
 
