@@ -16,6 +16,7 @@ from handlers.job import ClusterJob
 from handlers.results import Confirmed, Discovered, InstallScript
 from handlers.steps.package import package_files
 from handlers.toolkit import haproxy, helm, kubeadm
+from handlers.toolkit.shell import NodeShell
 from subscriber.errors import SkipStep, TransientStepError
 from subscriber.kernel import JobContext, Step, StepResult, StepsFor
 from subscriber.kernel.ports import ClusterNode
@@ -143,6 +144,11 @@ def converge_masters(job: ClusterJob) -> StepsFor:
     return StepsFor("join-master-<node>", Discovered, expand)
 
 
+async def _installed_member(shell: NodeShell, found: kubeadm.Anchor, node: ClusterNode) -> bool:
+    """:func:`kubeadm.joined` with the anchor's Node list: no kubectl call per node."""
+    return node.name in found.members and await kubeadm.is_installed(shell, node)
+
+
 class WorkersJoined(StepResult):
     joined: tuple[str, ...] = ()
     members: tuple[str, ...] = ()
@@ -160,10 +166,12 @@ def join_workers(job: ClusterJob) -> Step:
         workers = topo.workers
         if not workers:
             raise SkipStep("no worker VNFCs", WorkersJoined())
-        via = await kubeadm.anchor(shell, topo)
-        if via is None:
+        found = await kubeadm.survey(shell, topo)
+        if found is None:
             raise TransientStepError("no master of the cluster is ready", step="join-workers")
-        done = await asyncio.gather(*(kubeadm.joined(shell, via, w) for w in workers))
+        via = found.node
+        # Members the anchor listed that also finished their install (as kubeadm.joined).
+        done = await asyncio.gather(*(_installed_member(shell, found, w) for w in workers))
         members = tuple(w.name for w, ok in zip(workers, done, strict=True) if ok)
         todo = [w for w, ok in zip(workers, done, strict=True) if not ok]
         if not todo:
