@@ -340,20 +340,27 @@ async def join_control_plane(
     node: ClusterNode,
     *,
     via: ClusterNode | None = None,
+    data: JoinData | None = None,
     step: str | None = None,
-) -> None:
-    """Join ``node`` as a control-plane member (HA): fresh token, CA hash, certificate key.
+) -> JoinData:
+    """Join ``node`` as a control-plane member (HA) with ``data``, or with a fresh token,
+    CA hash and certificate key asked of ``via`` when ``data`` holds no certificate key.
 
     Arguments:
         via: a master of the cluster that hands out the join data (default: the
             main master); it comes first in the script's master list, so ``node``
             joins even when it is the topology's main master (healed).
+        data: join data of this cluster learned earlier in the job run.
+
+    Returns:
+        The join data used (secrets: memory only).
 
     Raises:
         CommandFailed: kubeadm or the script failed.
     """
     via = via or topo.main
-    data = await join_data(shell, via, certificate_key=True, step=step)
+    if data is None or data.certificate_key is None:
+        data = await join_data(shell, via, certificate_key=True, step=step)
     token = data.token.get_secret_value()
     assert data.certificate_key is not None  # asked for
     key = data.certificate_key.get_secret_value()
@@ -366,6 +373,7 @@ async def join_control_plane(
         secrets=[token, key, *proxy_secrets(shell.params)],
     )
     result.check(step=step)
+    return data
 
 
 async def join_worker(
