@@ -4,9 +4,10 @@ A :class:`ClusterJob` is created by a handler's ``plan`` (pure) and shared by
 the plan's steps. What it learns from the outside world it learns inside a
 step: the op-occ and the parameters (from Tacker; the parameters hold
 passwords, so they stay in memory and are fetched again by the first step that
-needs them after a restart), and the typed results of earlier steps, read
-through its accessors (:meth:`ClusterJob.discovered`, :meth:`ClusterJob.access`
-...), which the reading step declares in its ``needs``.
+needs them after a restart; likewise the VIM's bearer token and the cluster's
+join data), and the typed results of earlier steps, read through its accessors
+(:meth:`ClusterJob.discovered`, :meth:`ClusterJob.access` ...), which the
+reading step declares in its ``needs``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import SecretStr
+
 from handlers.results import ClusterAccess, Discovered, VimRegistration
+from handlers.toolkit import kubectl
+from handlers.toolkit.kubeadm import JoinData
 from handlers.toolkit.params import load_params
 from handlers.toolkit.shell import NodeShell
 from handlers.toolkit.topology import Topology
@@ -50,6 +55,8 @@ class ClusterJob:
         self._op_occ: dict[str, Any] | None = None
         self._params: K8sClusterInstallationParams | None = None
         self._instance: dict[str, Any] | None = None
+        self._bearer_token: SecretStr | None = None
+        self._join_data: JoinData | None = None
 
     async def op_occ(self, ctx: JobContext) -> dict[str, Any]:
         """``GET vnf_lcm_op_occs/{id}`` of the notification's op-occ (once per run)."""
@@ -97,6 +104,35 @@ class ClusterJob:
     async def shell(self, ctx: JobContext) -> NodeShell:
         """Root shells on the nodes with this operation's credentials."""
         return NodeShell(ctx.services.need_ssh(), self.settings, await self.params(ctx))
+
+    def remember_bearer_token(self, token: str) -> None:
+        """Keep the VIM's bearer token (a secret) for this run's later steps, in memory only."""
+        self._bearer_token = SecretStr(token)
+
+    async def bearer_token(self, ctx: JobContext, *, step: str) -> SecretStr:
+        """The VIM's bearer token: the one ``cluster-access`` read in this run, else (a
+        resumed job) read from the main master again. Never stored."""
+        if self._bearer_token is None:
+            shell, topo = await self.shell(ctx), self.topology(ctx)
+            token = await kubectl.read_bearer_token(
+                shell, topo.main, wait=self.settings.token_wait_timeout, step=step
+            )
+            self._bearer_token = SecretStr(token)
+        return self._bearer_token
+
+    def remember_join_data(self, data: JoinData | None) -> None:
+        """Keep (``None``: forget) the cluster's join data for this run's later joins, in
+        memory only: a bootstrap token lives 24 h and a certificate key 2 h, a run minutes.
+        A join that failed forgets it, so a retry asks a master for fresh data."""
+        self._join_data = data
+
+    def join_data(self, *, certificate_key: bool = False) -> JoinData | None:
+        """The join data this run learned (from the init's report or an earlier join's
+        request), if any; with ``certificate_key`` only when it holds one."""
+        data = self._join_data
+        if data is None or (certificate_key and data.certificate_key is None):
+            return None
+        return data
 
     async def vim_name(self, ctx: JobContext) -> str:
         return (await self.params(ctx)).vim_name_for(ctx.vnf_instance_id)

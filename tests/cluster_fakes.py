@@ -11,6 +11,7 @@ against them (on real nodes in the ``ssh`` and ``k8s`` tiers).
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import shlex
@@ -56,8 +57,10 @@ from tests.testbed.cluster_vnf import (
 )
 
 __all__ = [
+    "ACCESS",
     "INSTANTIATE_HEAD",
     "INSTANTIATE_TAIL",
+    "JOIN_DATA",
     "MASTER_CP",
     "STORAGE_CP",
     "VIP_CP",
@@ -67,11 +70,13 @@ __all__ = [
     "FakeSsh",
     "FakeTacker",
     "Reply",
+    "access_reply",
     "add_worker",
     "assert_only_new_nodes",
     "cluster_service",
     "cluster_vnf",
     "host_params",
+    "join_data_reply",
     "k8s_params",
     "lcm_op_occ",
     "rebuild_vnfc",
@@ -106,6 +111,22 @@ INSTANTIATE_TAIL = (
     "register-vim",
     "write-back",
 )
+
+
+# The one command of kubectl.read_access (the CA, then the token polled on the node)
+# and of kubeadm.join_data (token, CA hash, certificate key), as FakeSsh patterns.
+ACCESS = r"pki/ca\.crt.*get secret .*\.data\.token"
+JOIN_DATA = r"token create.*openssl x509 -pubkey"
+
+
+def access_reply(ca: str, token: str) -> str:
+    """What :data:`ACCESS`'s command prints: the token line (base64), then the CA file."""
+    return f"token:{base64.b64encode(token.encode()).decode()}\n{ca}"
+
+
+def join_data_reply(token: str, ca_hash: str, key: str = "") -> str:
+    """What :data:`JOIN_DATA`'s command prints once every value was made."""
+    return f"token:{token}\nca_hash:{ca_hash}\ncertificate_key:{key}\n"
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ INSTANTIATE inits the main master and joins the other masters one by one, then
 every worker in parallel; HEAL converges the masters (a rebuilt one joins through
 a surviving master, or, when none survives, the first inits a new cluster). Each
 join step is skipped for a node that is already a member, so a rerun repeats
-nothing. No result holds a secret: join tokens and certificate keys are fetched
-by the step that needs them and kept in memory only.
+nothing. No result holds a secret: join tokens and certificate keys come from the
+init's report or are fetched by the first join that needs them, and are kept in
+the job's memory only, for the joins after it (a resumed job fetches them anew).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from handlers.job import ClusterJob
 from handlers.results import Confirmed, Discovered, InstallScript
 from handlers.steps.package import package_files
 from handlers.toolkit import haproxy, helm, kubeadm
+from handlers.toolkit.install_report import InstallReport
+from handlers.toolkit.shell import NodeShell
+from handlers.toolkit.topology import Topology
 from subscriber.errors import SkipStep, TransientStepError
 from subscriber.kernel import JobContext, Step, StepResult, StepsFor
 from subscriber.kernel.ports import ClusterNode
@@ -58,6 +62,7 @@ def init_main_master(job: ClusterJob) -> StepsFor:
             report = await kubeadm.init_main_master(
                 shell, job.topology(ctx), script=_script(ctx), step=name
             )
+            _remember_report(job, report)
             return MasterInit(
                 node=main.name, server=report.server, ssl_ca_cert_hash=report.ssl_ca_cert_hash
             )
@@ -75,6 +80,36 @@ def init_main_master(job: ClusterJob) -> StepsFor:
         ]
 
     return StepsFor("init-master-<node>", Discovered, expand)
+
+
+def _remember_report(job: ClusterJob, report: InstallReport) -> None:
+    """The new cluster's join data as its init printed it, for this run's joins (the
+    data of any cluster before it is forgotten)."""
+    job.remember_join_data(
+        kubeadm.JoinData(report.token, report.ssl_ca_cert_hash, report.certificate_key)
+    )
+
+
+async def _join_control_plane(
+    job: ClusterJob,
+    shell: NodeShell,
+    topo: Topology,
+    node: ClusterNode,
+    *,
+    via: ClusterNode,
+    step: str,
+) -> None:
+    """:func:`kubeadm.join_control_plane` with the join data this run already holds (no
+    new token and no new upload of the certificates per master), kept for the next
+    join; forgotten when the join fails, so a retry asks ``via`` afresh."""
+    try:
+        data = await kubeadm.join_control_plane(
+            shell, topo, node, via=via, data=job.join_data(certificate_key=True), step=step
+        )
+    except BaseException:
+        job.remember_join_data(None)
+        raise
+    job.remember_join_data(data)
 
 
 class MasterJoined(StepResult):
@@ -97,7 +132,7 @@ def join_masters(job: ClusterJob) -> StepsFor:
                 raise SkipStep(
                     f"{node.name} is already a member of the cluster", MasterJoined(node=node.name)
                 )
-            await kubeadm.join_control_plane(shell, topo, node, step=name)
+            await _join_control_plane(job, shell, topo, node, via=topo.main, step=name)
             return MasterJoined(node=node.name, joined=True)
 
         timeout = job.settings.install_timeout + 120.0
@@ -128,8 +163,9 @@ def converge_masters(job: ClusterJob) -> StepsFor:
                 report = await kubeadm.init_main_master(
                     shell, topo, main=node, script=_script(ctx), step=name
                 )
+                _remember_report(job, report)
                 return MasterJoined(node=node.name, init=True, server=report.server)
-            await kubeadm.join_control_plane(shell, topo, node, via=via, step=name)
+            await _join_control_plane(job, shell, topo, node, via=via, step=name)
             return MasterJoined(node=node.name, joined=True, via=via.name)
 
         timeout = job.settings.install_timeout + 120.0
@@ -141,6 +177,11 @@ def converge_masters(job: ClusterJob) -> StepsFor:
         return [one(m) for m in found.masters]
 
     return StepsFor("join-master-<node>", Discovered, expand)
+
+
+async def _installed_member(shell: NodeShell, found: kubeadm.Anchor, node: ClusterNode) -> bool:
+    """:func:`kubeadm.joined` with the anchor's Node list: no kubectl call per node."""
+    return node.name in found.members and await kubeadm.is_installed(shell, node)
 
 
 class WorkersJoined(StepResult):
@@ -160,15 +201,18 @@ def join_workers(job: ClusterJob) -> Step:
         workers = topo.workers
         if not workers:
             raise SkipStep("no worker VNFCs", WorkersJoined())
-        via = await kubeadm.anchor(shell, topo)
-        if via is None:
+        found = await kubeadm.survey(shell, topo)
+        if found is None:
             raise TransientStepError("no master of the cluster is ready", step="join-workers")
-        done = await asyncio.gather(*(kubeadm.joined(shell, via, w) for w in workers))
+        via = found.node
+        # Members the anchor listed that also finished their install (as kubeadm.joined).
+        done = await asyncio.gather(*(_installed_member(shell, found, w) for w in workers))
         members = tuple(w.name for w, ok in zip(workers, done, strict=True) if ok)
         todo = [w for w, ok in zip(workers, done, strict=True) if not ok]
         if not todo:
             raise SkipStep("every worker is already a member", WorkersJoined(members=members))
-        data = await kubeadm.join_data(shell, via, step="join-workers")
+        data = job.join_data() or await kubeadm.join_data(shell, via, step="join-workers")
+        job.remember_join_data(data)
         outcomes = await asyncio.gather(
             *(
                 kubeadm.join_worker(shell, topo, w, data, via=via, step="join-workers")
@@ -181,6 +225,7 @@ def join_workers(job: ClusterJob) -> Step:
             if not isinstance(error, Exception):
                 raise error  # cancellation and the like
         if errors:
+            job.remember_join_data(None)  # a retry asks for fresh join data
             failed = [w.name for w, o in zip(todo, outcomes, strict=True) if o is not None]
             first = next((e for e in errors if not getattr(e, "retriable", False)), errors[0])
             ctx.log.warning("worker joins failed", extra={"nodes": failed})

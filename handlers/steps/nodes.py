@@ -194,24 +194,25 @@ def label_workers(job: ClusterJob) -> Step:
     async def run(ctx: JobContext) -> Labelled:
         topo, shell, params = job.topology(ctx), await job.shell(ctx), await job.params(ctx)
         openstack = ctx.services.need_openstack()
-        via = await kubeadm.anchor(shell, topo)
-        if via is None:
-            raise TransientStepError("no master of the cluster is ready", step="label-workers")
-        labelled: dict[str, dict[str, str]] = {}
+        wanted: dict[str, dict[str, str]] = {}
         for worker in topo.workers:
             if not worker.server_id:
                 continue
             placement = await openstack.server_placement(worker.server_id)
-            want: dict[str, str | None] = {}
+            want: dict[str, str] = {}
             if placement.anti_affinity and placement.host:
                 want[HOST_LABEL] = placement.host
             if params.label_zone and placement.availability_zone:
                 want[ZONE_LABEL] = placement.availability_zone
             if want:
-                await kubectl.label_node(shell, via, worker.name, want, step="label-workers")
-                labelled[worker.name] = {k: v for k, v in want.items() if v is not None}
-        if not labelled:
+                wanted[worker.name] = want
+        if not wanted:  # Nova first: no master is asked when there is nothing to label
             raise SkipStep("no worker to label", Labelled())
-        return Labelled(labels=labelled)
+        via = await kubeadm.anchor(shell, topo)
+        if via is None:
+            raise TransientStepError("no master of the cluster is ready", step="label-workers")
+        for name, want in wanted.items():
+            await kubectl.label_node(shell, via, name, want, step="label-workers")
+        return Labelled(labels=wanted)
 
     return Step("label-workers", run, idempotent=True, timeout=120.0, needs=(Discovered,))

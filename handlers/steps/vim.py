@@ -2,8 +2,9 @@
 the ``vimConnectionInfo`` write-back, and on TERMINATE their removal.
 
 The bearer token is never stored: ``cluster-access`` stores the endpoint and CA
-once the token controller filled the token, and the steps that hand the token
-to Tacker read it from the main master again.
+once the token controller filled the token (one command reads both) and keeps the
+token in the job's memory for the steps that hand it to Tacker; a resumed job's
+first such step reads it from the main master again.
 
 The VIM's lifecycle is Tacker's v1 driver's (seeds 000 and 003): registered on
 INSTANTIATE as ``vim_name`` or ``kubernetes_vim_<instance id>`` (a VIM of that name
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
-
-from pydantic import SecretStr
 
 from handlers.job import ClusterJob
 from handlers.results import ClusterAccess, Discovered, VimRegistration
@@ -60,11 +59,11 @@ def cluster_access(job: ClusterJob) -> Step:
 
     async def run(ctx: JobContext) -> ClusterAccess:
         shell, topo = await job.shell(ctx), job.topology(ctx)
-        pem = await kubectl.read_ca_cert(shell, topo.main, step="cluster-access")
-        # Ready before anyone is told.
-        await kubectl.read_bearer_token(
+        # The token ready before anyone is told; kept in memory for the steps that tell.
+        pem, token = await kubectl.read_access(
             shell, topo.main, wait=job.settings.token_wait_timeout, step="cluster-access"
         )
+        job.remember_bearer_token(token)
         return ClusterAccess(endpoint=topo.endpoint, ssl_ca_cert=pem)
 
     return Step(
@@ -81,14 +80,10 @@ async def _access(
     job: ClusterJob, ctx: JobContext, step: str, vim: VimRegistration | None = None
 ) -> KubernetesAccess:
     known = job.access(ctx)
-    shell, topo = await job.shell(ctx), job.topology(ctx)
-    token = await kubectl.read_bearer_token(
-        shell, topo.main, wait=job.settings.token_wait_timeout, step=step
-    )
     return KubernetesAccess(
         endpoint=known.endpoint,
         ssl_ca_cert=known.ssl_ca_cert,
-        bearer_token=SecretStr(token),
+        bearer_token=await job.bearer_token(ctx, step=step),
         vim_id=vim.vim_id if vim is not None else None,
     )
 

@@ -78,7 +78,8 @@ async def upload_scripts(
 ) -> None:
     """Put ``install_k8s_cluster.sh`` and ``create_admin_token.yaml`` in /tmp of each node.
 
-    Uploads run on all nodes at once. Convergent: an upload replaces the file.
+    Every upload runs at once (both files of a node over its one connection).
+    Convergent: an upload replaces the file.
 
     Arguments:
         script: the install script to upload (the VNF package's ``script_path`` file);
@@ -91,12 +92,15 @@ async def upload_scripts(
     own, token_yaml = (node_file(shell.settings, name) for name in NODE_FILES)
     install = own if script is None else script
 
-    async def one(node: ClusterNode) -> None:
-        target = shell.target(node)
-        await shell.ssh.upload(target, install, REMOTE_SCRIPT, mode=0o755)
-        await shell.ssh.upload(target, token_yaml, REMOTE_TOKEN_YAML)
-
-    await asyncio.gather(*(one(n) for n in nodes))
+    uploads = [
+        shell.ssh.upload(shell.target(n), data, path, mode=mode)
+        for n in nodes
+        for data, path, mode in (
+            (install, REMOTE_SCRIPT, 0o755),
+            (token_yaml, REMOTE_TOKEN_YAML, 0o644),
+        )
+    ]
+    await asyncio.gather(*uploads)
 
 
 def hosts_block(members: Sequence[ClusterNode]) -> str:

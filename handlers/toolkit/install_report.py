@@ -4,8 +4,10 @@ The script (the VNF package's ``script_path``, as Tacker's drivers run it, or ou
 own) ends by printing ``token:``, ``server:`` and ``ssl_ca_cert_hash:`` lines and
 the cluster CA (PEM): what Tacker's drivers parse (``kubernetes_mgmt.py`` and the v2
 ``kubernetes_mgmt_v2.py``), so what a package's script must print. Ours and Tacker's
-sample also print ``certificate_key:``, which the drivers do not read (they, and we,
-upload the certificates again for each control-plane join): it is optional.
+sample also print ``certificate_key:``, which Tacker's drivers do not read (they upload
+the certificates again for each control-plane join); we join the other masters of the
+same job run with it (kept in memory), and upload them again only when a script printed
+none: it is optional.
 :func:`parse_install_output` reads them into an :class:`InstallReport`, naming the
 line it expected, never a value.
 """

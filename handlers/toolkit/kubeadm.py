@@ -23,7 +23,7 @@ masks them, and kept in memory only.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import SecretStr
@@ -42,6 +42,7 @@ __all__ = [
     "KEY_VAR",
     "SANS_VAR",
     "TOKEN_VAR",
+    "Anchor",
     "FromEnv",
     "JoinData",
     "anchor",
@@ -54,6 +55,7 @@ __all__ = [
     "join_worker",
     "joined",
     "script_env",
+    "survey",
 ]
 
 # The CA public-key hash of ``kubeadm join --discovery-token-ca-cert-hash``.
@@ -65,10 +67,12 @@ CA_HASH = (
 
 @dataclass(frozen=True, slots=True)
 class JoinData:
-    """What a node needs to join: a bootstrap token (secret) and the CA hash."""
+    """What a node needs to join: a bootstrap token (secret) and the CA hash; a
+    control-plane join also the certificate key (secret)."""
 
     token: SecretStr = field(repr=False)
     ca_hash: str
+    certificate_key: SecretStr | None = field(default=None, repr=False)
 
 
 TOKEN_VAR = "LCCN_JOIN_TOKEN"
@@ -124,14 +128,39 @@ async def is_installed(shell: NodeShell, node: ClusterNode) -> bool:
 
 
 async def joined(shell: NodeShell, via: ClusterNode, node: ClusterNode) -> bool:
-    """Whether ``node`` is a cluster member (asked on ``via``) and finished its install."""
+    """Whether ``node`` is a cluster member (asked on ``via``) and finished its install.
+
+    Asked of a node about itself (``via`` is ``node``), both are one command.
+    """
+    if via.name == node.name:
+        members = await _members_seen(shell, node)
+        return members is not None and node.name in members
     return await is_member(shell, via, node.name) and await is_installed(shell, node)
 
 
-async def anchor(
+async def _members_seen(shell: NodeShell, master: ClusterNode) -> frozenset[str] | None:
+    """The names of the Nodes ``master`` sees, once it finished its install (one command);
+    ``None`` when it did not, or kubectl failed there."""
+    command = f"test -f /tmp/installed && {shell.kubectl('get nodes -o name')}"
+    result = await shell.run(master, command)
+    if not result.ok:
+        return None
+    return frozenset(line.removeprefix("node/") for line in result.stdout.split() if line.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A master that is a member and finished its install, and the Nodes it saw then."""
+
+    node: ClusterNode
+    members: frozenset[str]
+
+
+async def survey(
     shell: NodeShell, topo: Topology, *, exclude: Collection[str] = ()
-) -> ClusterNode | None:
-    """The first master (in the topology's order) that is a member and finished its install.
+) -> Anchor | None:
+    """The first master (in the topology's order) that is a member and finished its
+    install, with the names of the Nodes it sees (one command a master asked).
 
     The master day-2 operations ask and join through: after a heal it may not
     be the topology's main master.
@@ -140,26 +169,20 @@ async def anchor(
         exclude: names of masters not to consider (those being replaced).
     """
     for master in topo.masters:
-        if master.name not in exclude and await joined(shell, master, master):
-            return master
+        if master.name in exclude:
+            continue
+        members = await _members_seen(shell, master)
+        if members is not None and master.name in members:
+            return Anchor(master, members)
     return None
 
 
-async def join_data(shell: NodeShell, via: ClusterNode, *, step: str | None = None) -> JoinData:
-    """A fresh bootstrap token and the CA public-key hash, from master ``via``.
-
-    Raises:
-        CommandFailed: kubeadm or openssl failed on ``via``.
-        PermanentStepError: their output is not a token and a SHA-256 hash.
-    """
-    created = await shell.run(via, shell.kubeadm("token create"))
-    token = created.check(step=step).stdout.strip().splitlines()[-1:]
-    ca_hash = (await shell.run(via, CA_HASH)).check(step=step).stdout.strip()
-    if not token or len(ca_hash) != 64:
-        raise PermanentStepError(
-            f"could not read the join token and CA hash on {via.name}", step=step
-        )
-    return JoinData(SecretStr(token[0]), ca_hash)
+async def anchor(
+    shell: NodeShell, topo: Topology, *, exclude: Collection[str] = ()
+) -> ClusterNode | None:
+    """The master of :func:`survey` (``None``: no master is ready)."""
+    found = await survey(shell, topo, exclude=exclude)
+    return found.node if found is not None else None
 
 
 # kubeadm's upload-certs phase, given the master's own address: without it
@@ -203,6 +226,66 @@ async def certificate_key(
             "kubeadm init phase upload-certs printed no certificate key", step=step
         )
     return SecretStr(lines[-1].strip())
+
+
+# A bootstrap token, the CA hash and, with UPLOAD_CERTS=1, a fresh certificate key
+# (kubeadm's upload-certs phase, see _UPLOAD_CERTS), in one command. The values are
+# printed only once all succeeded, so a failure's message (stderr, else stdout)
+# never holds one; printf is a builtin (no argv in ps).
+_JOIN_DATA = (
+    r"""set -eo pipefail
+token=$("$KUBEADM" token create | tail -n 1)
+hash=$("""
+    + CA_HASH
+    + r""")
+key=
+if [ "${UPLOAD_CERTS:-0}" = 1 ]; then
+  key=$(bash -c "$UPLOAD_SCRIPT" | tail -n 1)
+  [ -n "$key" ] || { echo "kubeadm upload-certs printed no certificate key" >&2; exit 3; }
+fi
+printf 'token:%s\nca_hash:%s\ncertificate_key:%s\n' "$token" "$hash" "$key"
+"""
+)
+
+
+async def join_data(
+    shell: NodeShell,
+    via: ClusterNode,
+    *,
+    certificate_key: bool = False,
+    secrets: Sequence[str] = (),
+    step: str | None = None,
+) -> JoinData:
+    """A fresh bootstrap token and the CA public-key hash, from master ``via`` (one command).
+
+    Arguments:
+        certificate_key: also upload the control-plane certificates again and
+            return their key (:attr:`JoinData.certificate_key`; a control-plane join).
+        secrets: values to mask in the messages about the command.
+
+    Raises:
+        CommandFailed: kubeadm or openssl failed on ``via``.
+        PermanentStepError: their output is not a token and a SHA-256 hash (and a key).
+    """
+    result = await shell.run(
+        via,
+        f"bash -c {shlex.quote(_JOIN_DATA)}",
+        env={
+            "KUBEADM": shell.settings.kubeadm,
+            "UPLOAD_CERTS": "1" if certificate_key else "0",
+            "UPLOAD_SCRIPT": _UPLOAD_CERTS,
+            "ADDRESS": via.nic_ip,
+        },
+        secrets=secrets,
+    )
+    printed = dict(line.partition(":")[::2] for line in result.check(step=step).stdout.splitlines())
+    token, ca_hash = printed.get("token", "").strip(), printed.get("ca_hash", "").strip()
+    key = printed.get("certificate_key", "").strip()
+    if not token or len(ca_hash) != 64 or (certificate_key and not key):
+        raise PermanentStepError(
+            f"could not read the join token and CA hash on {via.name}", step=step
+        )
+    return JoinData(SecretStr(token), ca_hash, SecretStr(key) if key else None)
 
 
 def _cluster_args(shell: NodeShell, topo: Topology, first: ClusterNode) -> list[str]:
@@ -257,22 +340,30 @@ async def join_control_plane(
     node: ClusterNode,
     *,
     via: ClusterNode | None = None,
+    data: JoinData | None = None,
     step: str | None = None,
-) -> None:
-    """Join ``node`` as a control-plane member (HA): fresh token, CA hash, certificate key.
+) -> JoinData:
+    """Join ``node`` as a control-plane member (HA) with ``data``, or with a fresh token,
+    CA hash and certificate key asked of ``via`` when ``data`` holds no certificate key.
 
     Arguments:
         via: a master of the cluster that hands out the join data (default: the
             main master); it comes first in the script's master list, so ``node``
             joins even when it is the topology's main master (healed).
+        data: join data of this cluster learned earlier in the job run.
+
+    Returns:
+        The join data used (secrets: memory only).
 
     Raises:
         CommandFailed: kubeadm or the script failed.
     """
     via = via or topo.main
-    data = await join_data(shell, via, step=step)
+    if data is None or data.certificate_key is None:
+        data = await join_data(shell, via, certificate_key=True, step=step)
     token = data.token.get_secret_value()
-    key = (await certificate_key(shell, via, secrets=(token,), step=step)).get_secret_value()
+    assert data.certificate_key is not None  # asked for
+    key = data.certificate_key.get_secret_value()
     args = (FromEnv(TOKEN_VAR), "-s", data.ca_hash, "-k", FromEnv(KEY_VAR))
     result = await shell.run(
         node,
@@ -282,6 +373,7 @@ async def join_control_plane(
         secrets=[token, key, *proxy_secrets(shell.params)],
     )
     result.check(step=step)
+    return data
 
 
 async def join_worker(

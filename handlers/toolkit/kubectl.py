@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import shlex
 import time
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from subscriber.errors import PermanentStepError, TransientStepError
 from subscriber.kernel.ports import ClusterNode
 
 __all__ = [
+    "CA_CERT",
     "TOKEN_NAMESPACE",
     "TOKEN_SECRET",
     "delete_node",
@@ -29,6 +31,7 @@ __all__ = [
     "is_member",
     "label_node",
     "node_names",
+    "read_access",
     "read_bearer_token",
     "read_ca_cert",
 ]
@@ -36,6 +39,7 @@ __all__ = [
 TOKEN_SECRET = "default-token-k8svim"  # Tacker's v2 sample create_admin_token.yaml
 TOKEN_NAMESPACE = "default"
 _ADMIN_BINDING = "lccn-k8svim-admin"
+CA_CERT = "/etc/kubernetes/pki/ca.crt"
 
 
 async def node_names(shell: NodeShell, via: ClusterNode, *, step: str | None = None) -> set[str]:
@@ -137,6 +141,21 @@ async def delete_node(
     return True
 
 
+# Creates the cluster-admin binding and the Secret unless the Secret exists (one
+# command); "AlreadyExists" of either is not an error (a run cut off midway).
+_ADMIN_TOKEN = r"""set -e
+if {get} >/dev/null 2>&1; then echo exists; exit 0; fi
+create() {{
+  if ! out=$("$@" 2>&1); then
+    case "$out" in *AlreadyExists*) ;; *) printf '%s\n' "$out" >&2; exit 1 ;; esac
+  fi
+}}
+create {binding}
+create {secret}
+echo created
+"""
+
+
 async def ensure_admin_token(
     shell: NodeShell, via: ClusterNode, *, step: str | None = None
 ) -> bool:
@@ -144,27 +163,81 @@ async def ensure_admin_token(
 
     Tacker's v2 approach (TACKER.md §1.7): ``create_admin_token.yaml``, uploaded
     by :func:`~handlers.toolkit.hosts.upload_scripts`, is a
-    ``kubernetes.io/service-account-token`` Secret of SA ``default``.
+    ``kubernetes.io/service-account-token`` Secret of SA ``default``. The check
+    and both creations are one command on ``via``.
 
     Returns:
         False when the Secret already existed (nothing created).
+
+    Raises:
+        CommandFailed: a creation failed for another reason than AlreadyExists.
     """
-    secret = f"get secret {TOKEN_SECRET} -n {TOKEN_NAMESPACE} -o name"
-    if (await shell.run(via, shell.kubectl(secret))).ok:
-        return False
-    binding = await shell.run(
-        via,
-        shell.kubectl(
+    script = _ADMIN_TOKEN.format(
+        get=shell.kubectl(f"get secret {TOKEN_SECRET} -n {TOKEN_NAMESPACE} -o name"),
+        binding=shell.kubectl(
             f"create clusterrolebinding {_ADMIN_BINDING} --clusterrole cluster-admin "
             f"--serviceaccount {TOKEN_NAMESPACE}:default"
         ),
+        secret=shell.kubectl(f"create -f {REMOTE_TOKEN_YAML}"),
     )
-    if not binding.ok and "AlreadyExists" not in binding.stderr:
-        binding.check(step=step)
-    created = await shell.run(via, shell.kubectl(f"create -f {REMOTE_TOKEN_YAML}"))
-    if not created.ok and "AlreadyExists" not in created.stderr:
-        created.check(step=step)
-    return True
+    result = await shell.run(via, f"bash -c {shlex.quote(script)}")
+    return result.check(step=step).stdout.strip().splitlines()[-1:] == ["created"]
+
+
+# The CA, and the token once the token controller filled the Secret, polled on the
+# node itself (no SSH round trip per poll) until WAIT seconds passed; the token line
+# comes first, the CA file after it unchanged.
+_ACCESS = r"""set -e
+cat {ca} >/dev/null
+end=$((SECONDS + WAIT))
+while :; do
+  token=$({get} 2>/dev/null) || token=
+  if [ -n "$token" ] || [ "$SECONDS" -ge "$end" ]; then break; fi
+  sleep 0.2
+done
+printf 'token:%s\n' "$token"
+cat {ca}
+"""
+
+
+async def read_access(
+    shell: NodeShell, master: ClusterNode, *, wait: float, step: str | None = None
+) -> tuple[str, str]:
+    """The cluster CA certificate (PEM) and the VIM's bearer token (a secret), from
+    ``master`` in one command that waits up to ``wait`` s for the token controller.
+
+    Raises:
+        CommandFailed: the CA is unreadable.
+        PermanentStepError: the CA is not a PEM certificate, or the Secret holds
+            something that is not base64.
+        TransientStepError: the Secret has no token yet after ``wait`` seconds.
+    """
+    script = _ACCESS.format(
+        ca=shlex.quote(CA_CERT),
+        get=shell.kubectl(
+            f"get secret {TOKEN_SECRET} -n {TOKEN_NAMESPACE} -o jsonpath='{{.data.token}}'"
+        ),
+    )
+    result = await shell.run(
+        master,
+        f"bash -c {shlex.quote(script)}",
+        env={"WAIT": str(math.ceil(wait))},
+        timeout=wait + shell.settings.kubectl_timeout,
+    )
+    first, _, pem = result.check(step=step).stdout.partition("\n")
+    if "BEGIN CERTIFICATE" not in pem:
+        raise PermanentStepError(f"{master.name}'s {CA_CERT} is no PEM", step=step)
+    encoded = first.removeprefix("token:").strip() if first.startswith("token:") else ""
+    if not encoded:
+        raise TransientStepError(f"Secret {TOKEN_SECRET} has no token after {wait:g}s", step=step)
+    return pem, _decoded(encoded, step)
+
+
+def _decoded(encoded: str, step: str | None) -> str:
+    try:
+        return base64.b64decode(encoded, validate=True).decode()
+    except ValueError:
+        raise PermanentStepError(f"Secret {TOKEN_SECRET} holds no valid token", step=step) from None
 
 
 async def read_bearer_token(
@@ -188,12 +261,7 @@ async def read_bearer_token(
         result = await shell.run(via, command)
         encoded = result.stdout.strip() if result.ok else ""
         if encoded:
-            try:
-                return base64.b64decode(encoded, validate=True).decode()
-            except ValueError:
-                raise PermanentStepError(
-                    f"Secret {TOKEN_SECRET} holds no valid token", step=step
-                ) from None
+            return _decoded(encoded, step)
         if time.monotonic() >= deadline:
             raise TransientStepError(
                 f"Secret {TOKEN_SECRET} has no token after {wait:g}s", step=step
@@ -207,8 +275,8 @@ async def read_ca_cert(shell: NodeShell, master: ClusterNode, *, step: str | Non
     Raises:
         CommandFailed: unreadable; PermanentStepError: not a PEM certificate.
     """
-    result = await shell.run(master, "cat /etc/kubernetes/pki/ca.crt")
+    result = await shell.run(master, f"cat {CA_CERT}")
     pem = result.check(step=step).stdout
     if "BEGIN CERTIFICATE" not in pem:
-        raise PermanentStepError(f"{master.name}'s /etc/kubernetes/pki/ca.crt is no PEM", step=step)
+        raise PermanentStepError(f"{master.name}'s {CA_CERT} is no PEM", step=step)
     return pem

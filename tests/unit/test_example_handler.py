@@ -15,7 +15,14 @@ from subscriber.kernel import Services
 from subscriber.kernel.ports import PortAddresses
 from subscriber.store import EventStatus
 from tests import REPO
-from tests.cluster_fakes import FakeSsh, cluster_vnf, k8s_params, lcm_op_occ
+from tests.cluster_fakes import (
+    ACCESS,
+    FakeSsh,
+    access_reply,
+    cluster_vnf,
+    k8s_params,
+    lcm_op_occ,
+)
 from tests.conftest import ServiceFactory, callback_url, make_settings, wait_settled
 from tests.factories import op_occ
 
@@ -54,6 +61,7 @@ async def test_the_change_ext_conn_example_loads_and_writes_the_new_endpoint_bac
     ssh = FakeSsh()
     ssh.on(r"cat /etc/kubernetes/pki/ca\.crt", CA)
     ssh.on(r"get secret .* -o jsonpath", base64.b64encode(b"bearer-t0ken").decode())
+    ssh.on(ACCESS, access_reply(CA, "bearer-t0ken"))
 
     svc = await start_service(
         routing=routing, services=Services(tacker=tacker, openstack=openstack, ssh=ssh)

@@ -29,11 +29,13 @@ from subscriber.kernel import JobContext, Services
 from subscriber.logs import EventLogAdapter
 from tests import REPO
 from tests.cluster_fakes import (
+    JOIN_DATA,
     FakeSsh,
     FakeTacker,
     Reply,
     cluster_vnf,
     confirmed,
+    join_data_reply,
     k8s_params,
     run_step,
 )
@@ -155,6 +157,7 @@ def join_ssh() -> FakeSsh:
         .on(r"token create", f"{TOKEN}\n")
         .on(r"openssl x509 -pubkey", f"{HASH}\n")
         .on(r"upload-certs", f"[upload-certs] Using certificate key:\n{KEY}\n")
+        .on(JOIN_DATA, join_data_reply(TOKEN, HASH, KEY))
         .on(r"install_k8s_cluster\.sh", Reply(stdout=""))
     )
 

@@ -25,9 +25,11 @@ from subscriber.kernel import JobContext, Services
 from subscriber.kernel.ports import ClusterNode
 from subscriber.kernel.results import result_json
 from tests.cluster_fakes import (
+    ACCESS,
     FakeOpenStack,
     FakeSsh,
     FakeTacker,
+    access_reply,
     cluster_vnf,
     job_context,
     lcm_notification,
@@ -78,6 +80,7 @@ def ssh() -> FakeSsh:
     fake = FakeSsh()
     fake.on(r"get secret .*\.data\.token", base64.b64encode(TOKEN.encode()).decode())
     fake.on(r"cat /etc/kubernetes/pki/ca\.crt", CA)
+    fake.on(ACCESS, access_reply(CA, TOKEN))
     return fake
 
 
