@@ -46,7 +46,6 @@ __all__ = [
     "FromEnv",
     "JoinData",
     "anchor",
-    "certificate_key",
     "init_main_master",
     "install_command",
     "is_installed",
@@ -204,28 +203,6 @@ trap 'rm -f "$config"' EXIT
 } > "$config"
 "$KUBEADM" init phase upload-certs --upload-certs --config "$config"
 """
-
-
-async def certificate_key(
-    shell: NodeShell, via: ClusterNode, *, secrets: tuple[str, ...] = (), step: str | None = None
-) -> SecretStr:
-    """Upload the control-plane certificates again on ``via``; their key (a secret).
-
-    Raises:
-        CommandFailed: kubeadm failed; PermanentStepError: it printed no key.
-    """
-    result = await shell.run(
-        via,
-        f"bash -c {shlex.quote(_UPLOAD_CERTS)}",
-        env={"KUBEADM": shell.settings.kubeadm, "ADDRESS": via.nic_ip},
-        secrets=secrets,
-    )
-    lines = result.check(step=step).stdout.strip().splitlines()
-    if not lines:
-        raise PermanentStepError(
-            "kubeadm init phase upload-certs printed no certificate key", step=step
-        )
-    return SecretStr(lines[-1].strip())
 
 
 # A bootstrap token, the CA hash and, with UPLOAD_CERTS=1, a fresh certificate key

@@ -33,7 +33,6 @@ __all__ = [
     "node_names",
     "read_access",
     "read_bearer_token",
-    "read_ca_cert",
 ]
 
 TOKEN_SECRET = "default-token-k8svim"  # Tacker's v2 sample create_admin_token.yaml
@@ -267,16 +266,3 @@ async def read_bearer_token(
                 f"Secret {TOKEN_SECRET} has no token after {wait:g}s", step=step
             )
         await asyncio.sleep(1.0)  # polling the API server: no event to wait on over SSH
-
-
-async def read_ca_cert(shell: NodeShell, master: ClusterNode, *, step: str | None = None) -> str:
-    """The cluster CA certificate (PEM) from ``master``.
-
-    Raises:
-        CommandFailed: unreadable; PermanentStepError: not a PEM certificate.
-    """
-    result = await shell.run(master, f"cat {CA_CERT}")
-    pem = result.check(step=step).stdout
-    if "BEGIN CERTIFICATE" not in pem:
-        raise PermanentStepError(f"{master.name}'s {CA_CERT} is no PEM", step=step)
-    return pem

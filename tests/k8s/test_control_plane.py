@@ -159,7 +159,7 @@ async def test_the_toolkits_certificate_key_on_a_host_without_default_route(
 ) -> None:
     """What the handlers run before every control-plane join (HA flavour): the real
     kubeadm needs the master's address in a config (no default route here)."""
-    from handlers.toolkit.kubeadm import certificate_key
+    from handlers.toolkit.kubeadm import join_data
     from handlers.toolkit.shell import NodeShell
     from schemas.cluster_params import parse_cluster_params
     from subscriber.config import ClusterSettings
@@ -176,7 +176,9 @@ async def test_the_toolkits_certificate_key_on_a_host_without_default_route(
         nic_ip=address,
         ssh_ip=address,
     )
-    key = (await certificate_key(shell, master)).get_secret_value()
+    key_ = (await join_data(shell, master, certificate_key=True)).certificate_key
+    assert key_ is not None
+    key = key_.get_secret_value()
     assert re.fullmatch(r"[0-9a-f]{64}", key)
     certs = await kubectl_json(pool, cluster.master, "get secret kubeadm-certs -n kube-system")
     assert "ca.crt" in certs["data"]

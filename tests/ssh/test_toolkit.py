@@ -137,8 +137,8 @@ async def test_control_plane_join_and_certificate_key(bed: Any, shell: NodeShell
     for n in topo.nodes:
         await hosts.write_hosts(shell, n, topo.nodes)
     await kubeadm.init_main_master(shell, topo)
-    key = await kubeadm.certificate_key(shell, master)
-    assert len(key.get_secret_value()) == 64
+    key = (await kubeadm.join_data(shell, master, certificate_key=True)).certificate_key
+    assert key is not None and len(key.get_secret_value()) == 64
     await kubeadm.join_control_plane(shell, topo, second)
     roles = {n: v["roles"] for n, v in bed.state()["nodes"].items()}
     assert roles == {master.name: ["control-plane"], second.name: ["control-plane"]}
@@ -196,7 +196,7 @@ async def test_admin_token_bearer_and_ca(bed: Any, shell: NodeShell) -> None:
     token = await kubectl.read_bearer_token(shell, master, wait=10.0)
     secret = bed.state()["objects"][f"Secret/default/{kubectl.TOKEN_SECRET}"]
     assert base64.b64decode(secret["data"]["token"]).decode() == token
-    pem = await kubectl.read_ca_cert(shell, master)
+    pem, _ = await kubectl.read_access(shell, master, wait=10.0)
     assert pem == bed.state()["cluster"]["ca_crt"]
 
 
