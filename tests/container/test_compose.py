@@ -278,7 +278,8 @@ async def _stack(
             )
             for i in range(_KAFKA)
         ]
-        await produce(broker.bootstrap, topic, records)
+        # Each partition gets records: twelve keys could all hash to one replica's two.
+        await produce(broker.bootstrap, topic, records, spread=3)
         consumed = [r["vnfLcmOpOccId"] for r in records]
 
         conn = await asyncpg.connect(pg_dsn(url))
@@ -304,11 +305,13 @@ async def _stack(
         assert all(r["status"] == "done" and r["jobs"] == 1 and r["step_runs"] == 1 for r in rows)
 
         # Both replicas consumed records and ran jobs; neither ran one twice.
-        kafka, runs = [], []
+        kafka, runs, owned = [], [], []
         for _, metrics in ports:
             text = await _scrape(http, metrics)
             received = _series(text, "lccn_events_received_total")
             kafka.append(sum(v for k, v in received.items() if 'source="kafka"' in k))
             runs.append(sum(_series(text, "lccn_jobs_total").values()))
-        assert sum(kafka) == _KAFKA and min(kafka) > 0, kafka
+            owned.append(sorted(_series(text, "lccn_consumer_lag")))
+        # A failure here with one replica owning nothing now means the group rebalanced.
+        assert sum(kafka) == _KAFKA and min(kafka) > 0, (kafka, owned)
         assert sum(runs) == len(rows), runs

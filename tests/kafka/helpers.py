@@ -81,21 +81,29 @@ async def produce(
     *,
     key: Callable[[Any], bytes | None] | None = None,
     headers: list[tuple[str, bytes]] | None = None,
+    spread: int | None = None,
 ) -> int:
-    """Send values (dicts become JSON, keyed by vnfInstanceId unless ``key`` says else)."""
+    """Send values (dicts become JSON, keyed by vnfInstanceId unless ``key`` says else).
+
+    ``spread=N`` sends the i-th value to partition i % N instead of the key's partition,
+    so that every partition gets some whatever the keys hash to.
+    """
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     sent = 0
     try:
         futures = []
-        for value in values:
+        for i, value in enumerate(values):
             if isinstance(value, dict):
                 raw = json.dumps(value).encode()
                 k = key(value) if key else value.get("vnfInstanceId", "").encode() or None
             else:
                 raw = value
                 k = key(value) if key else None
-            futures.append(await producer.send(topic, raw, key=k, headers=headers))
+            partition = i % spread if spread else None
+            futures.append(
+                await producer.send(topic, raw, key=k, headers=headers, partition=partition)
+            )
             sent += 1
         await asyncio.gather(*futures)
     finally:
