@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -145,3 +146,42 @@ def test_vs_tacker_names_what_differs_between_the_two_drivers_results(
     assert vs_tacker.differences(tacker, ours)[0] == (
         "node names: Tacker ['master5'], ours ['master5', 'worker6']"
     )
+
+
+def test_vs_tacker_ceiling_adds_up_the_kubeadm_steps_of_the_timed_op_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ceiling's denominator: the init and join steps of the timed op-occ's jobs, from
+    serve's CLI contract; other steps, other op-occs and unfinished steps do not count."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    vs_tacker = importlib.import_module("vs_tacker")
+
+    def step(name: str, start: float, end: float | None) -> dict[str, Any]:
+        return {"name": name, "startedAt": start, "finishedAt": end}
+
+    shown = {
+        1: {"jobs": [{"steps": [step("init-master-m1", 10.0, 20.0)]}]},
+        2: {
+            "jobs": [
+                {
+                    "steps": [
+                        step("load-params", 0.0, 1.0),
+                        step("init-master-m1", 1.0, 17.5),
+                        step("join-master-m2", 17.5, 50.0),
+                        step("join-workers", 50.0, 62.0),
+                        step("write-back", 62.0, 63.0),
+                        step("join-master-m3", 63.0, None),
+                    ]
+                }
+            ]
+        },
+    }
+    serve = SimpleNamespace(
+        events=lambda: [
+            {"id": 1, "vnfLcmOpOccId": "other"},
+            {"id": 2, "vnfLcmOpOccId": "occ"},
+        ],
+        event=lambda event_id: shown[event_id],
+    )
+    assert vs_tacker.kubeadm_seconds(serve, "occ") == 16.5 + 32.5 + 12.0
+    assert vs_tacker.kubeadm_seconds(serve, "none") == 0.0
