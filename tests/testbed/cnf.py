@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 from tests.testbed import tacker_bed, testhosts
+from tests.testbed.masked import Secret
 from tests.testbed.testhosts import TestBed, TestHost
 
 __all__ = [
@@ -93,18 +94,6 @@ def v1_instantiate_request(vim_id: str) -> dict[str, Any]:
         ],
         "additionalParams": _params(),
     }
-
-
-class Secret(str):
-    """A string whose ``repr`` hides it. pytest prints the arguments of every frame of a
-    failure's traceback, and an assertion message the reprs of what it compares: a token
-    in a request body travels through several such frames (the request's dict, Tacker's
-    client). ``json.dumps``, ``str()`` and formatting still give the value."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "'<secret>'"
 
 
 def v2_kubernetes_entry(endpoint: str, ssl_ca_cert: str, bearer_token: str) -> dict[str, Any]:

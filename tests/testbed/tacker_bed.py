@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.testbed.masked import masked
 from tests.testbed.openstack_sim.process import SimProcess
 
 TACKER_VERSION = "16.0.0"
@@ -247,12 +248,13 @@ def stored_vim_connection_info(state: BedState, inst_id: str) -> dict[str, Any] 
 
     The API hides credentials (``GET vnf_instances/{id}`` drops ``accessInfo.bearer_token``,
     ``password``, ``client_secret``); the stored entry is what Tacker's infra drivers
-    use. Read with the Tacker venv's psycopg2; ``None`` for an unknown instance.
+    use. Read with the Tacker venv's psycopg2; ``None`` for an unknown instance. The
+    credentials are :class:`~tests.testbed.masked.Secret`: no failure report shows them.
     """
     value = _stored_value(
         state, 'SELECT "vimConnectionInfo" FROM "VnfInstanceV2" WHERE id = %s', inst_id
     )
-    return value if isinstance(value, dict) else None
+    return masked(value) if isinstance(value, dict) else None
 
 
 def stored_subscription_authentication(
