@@ -42,6 +42,9 @@ script's ``kubeadm init`` or ``join``; the job runs them one after the other), a
 ``ceiling`` line puts Tacker's total over their sum: the ratio a driver would reach if
 everything but kubeadm's own time (Heat, notifications, the other steps, the write-back)
 cost nothing, running kubeadm in serve's order (masters one at a time, workers at once).
+serve's kubeadm steps are printed one by one, and for both drivers when each host's
+install script ended (its ``/tmp/installed``), in seconds from the 202: where the time
+of each went.
 
 Fidelity: when a case has ended, before TERMINATE, what each driver left is read: every
 node's Ready condition, roles and labels in the API server, the node names each VM's
@@ -128,7 +131,7 @@ def outcome(
 ) -> dict[str, Any]:
     """What a driver left of the cluster of ``inst`` (see the module's "Fidelity")."""
     nodes = testhosts.nodes_json(hosts, master) or {"items": []}
-    found: dict[str, Any] = {"nodes": {}, "etc_hosts": {}, "access": []}
+    found: dict[str, Any] = {"nodes": {}, "etc_hosts": {}, "access": [], "installed": {}}
     for node in nodes["items"]:
         labels = {
             f"{k}={v}"
@@ -149,6 +152,9 @@ def outcome(
             and re.fullmatch(r"(master|worker)\d+", line.split()[1])
         }
         found["etc_hosts"][host.name] = sorted(named)
+        done = testhosts.inside(host, "date", "-r", "/tmp/installed", "+%s.%N")
+        if done.returncode == 0 and done.stdout.strip():
+            found["installed"][host.name] = float(done.stdout.strip())
     stored = tacker_bed.stored_vim_connection_info(bed, inst) or {}
     for entry in stored.values():
         if "KUBERNETES" in str(entry.get("vimType", "")).upper():
@@ -159,6 +165,13 @@ def outcome(
             ]
             found["access"] = keys
     return found
+
+
+def timeline(left: dict[str, Any], started: float) -> str:
+    """When each host's install script ended (its ``/tmp/installed``), in seconds from the
+    timed request's 202, in that order: the install scripts of a driver's run, one line."""
+    ends = sorted((t - started, name) for name, t in left["installed"].items() if t >= started)
+    return ", ".join(f"{name} +{t:.1f}" for t, name in ends) or "none"
 
 
 def differences(tacker: dict[str, Any], ours: dict[str, Any]) -> list[str]:
@@ -274,12 +287,15 @@ def timed_op(
     try:
         count = case.masters + case.workers
         occ = tacker.start_op(inst, "instantiate", body)
+        started = time.time()
         seconds = until(lambda: end(inst, occ, count, "INSTANTIATE"), f"{name}: INSTANTIATE")
         if case.added:
             count += case.added
             occ = tacker.start_op(inst, "scale", scale_request(case.added, params))
+            started = time.time()
             seconds = until(lambda: end(inst, occ, count, "SCALE"), f"{name}: SCALE_OUT")
-        return seconds, outcome(rig.bed, rig.hosts, masters[0], masters + workers + added, inst)
+        left = outcome(rig.bed, rig.hosts, masters[0], masters + workers + added, inst)
+        return seconds, {**left, "started": started}
     except BaseException:
         print(f"{name}: op-occ {tacker.op_occ(occ).get('operationState')}", file=sys.stderr)
         raise
@@ -306,20 +322,24 @@ def run_tacker(case: Case, rig: Rig, vnfd: str) -> tuple[float, dict[str, Any]]:
 _KUBEADM_STEPS = re.compile(r"(init-master|join-master)-.+|join-workers")
 
 
-def kubeadm_seconds(serve: ServeProcess, occ: str) -> float:
-    """Seconds serve's job for ``occ`` spent in its kubeadm steps: the part of its time any
-    driver running kubeadm with this install script waits for, in the order kubeadm allows
-    (masters one at a time; serve's workers at once). The job's steps run one after the
-    other, so their durations add up."""
-    total = 0.0
+def kubeadm_steps(serve: ServeProcess, occ: str) -> list[tuple[str, float]]:
+    """``(name, seconds)`` of serve's kubeadm steps of its job for ``occ``, in their order:
+    the part of its time any driver running kubeadm with this install script waits for,
+    in the order kubeadm allows (masters one at a time; serve's workers at once)."""
+    found = []
     for event in serve.events():
         if event["vnfLcmOpOccId"] != occ:
             continue
         for job in serve.event(event["id"])["jobs"]:
             for step in job["steps"]:
                 if _KUBEADM_STEPS.fullmatch(step["name"]) and step["finishedAt"]:
-                    total += step["finishedAt"] - step["startedAt"]
-    return total
+                    found.append((step["name"], step["finishedAt"] - step["startedAt"]))
+    return found
+
+
+def kubeadm_seconds(serve: ServeProcess, occ: str) -> float:
+    """Seconds of :func:`kubeadm_steps` (the job's steps run one after the other)."""
+    return sum(seconds for _, seconds in kubeadm_steps(serve, occ))
 
 
 def run_ours(case: Case, rig: Rig, vnfd: str, tmp: Path) -> tuple[float, dict[str, Any], float]:
@@ -363,7 +383,9 @@ def run_ours(case: Case, rig: Rig, vnfd: str, tmp: Path) -> tuple[float, dict[st
         seconds, left = timed_op(
             rig, case, vnfd, f"vs-tacker-serve-{case.flavour}", params, timed_end
         )
-        return seconds, left, kubeadm_seconds(serve, ended[-1])
+        steps = kubeadm_steps(serve, ended[-1])
+        print("serve's kubeadm steps: " + ", ".join(f"{n} {t:.1f} s" for n, t in steps), flush=True)
+        return seconds, left, sum(t for _, t in steps)
     finally:
         serve.stop()
         tacker.unsubscribe_all(serve.callback_url)
@@ -430,6 +452,16 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{name}: of serve's {ours_s:.1f} s, {kubeadm_s:.1f} s in its kubeadm steps; "
                 f"Tacker / that {tacker_s / kubeadm_s:.2f}",
+                flush=True,
+            )
+            print(
+                f"{name}: install scripts ended, Tacker's: "
+                f"{timeline(tacker_left, tacker_left['started'])}",
+                flush=True,
+            )
+            print(
+                f"{name}: install scripts ended, serve's: "
+                f"{timeline(ours_left, ours_left['started'])}",
                 flush=True,
             )
             diff = differences(tacker_left, ours_left)
