@@ -62,7 +62,7 @@ def init_main_master(job: ClusterJob) -> StepsFor:
             report = await kubeadm.init_main_master(
                 shell, job.topology(ctx), script=_script(ctx), step=name
             )
-            _remember_report(job, report)
+            await _remember_report(job, shell, main, report)
             return MasterInit(
                 node=main.name, server=report.server, ssl_ca_cert_hash=report.ssl_ca_cert_hash
             )
@@ -82,12 +82,16 @@ def init_main_master(job: ClusterJob) -> StepsFor:
     return StepsFor("init-master-<node>", Discovered, expand)
 
 
-def _remember_report(job: ClusterJob, report: InstallReport) -> None:
+async def _remember_report(
+    job: ClusterJob, shell: NodeShell, main: ClusterNode, report: InstallReport
+) -> None:
     """The new cluster's join data as its init printed it, for this run's joins (the
-    data of any cluster before it is forgotten)."""
+    data of any cluster before it is forgotten), once the cluster's bootstrap signer
+    has signed its token: the first joins then need no second discovery try."""
     job.remember_join_data(
         kubeadm.JoinData(report.token, report.ssl_ca_cert_hash, report.certificate_key)
     )
+    await kubeadm.await_signed(shell, main, report.token)
 
 
 async def _join_control_plane(
@@ -163,7 +167,7 @@ def converge_masters(job: ClusterJob) -> StepsFor:
                 report = await kubeadm.init_main_master(
                     shell, topo, main=node, script=_script(ctx), step=name
                 )
-                _remember_report(job, report)
+                await _remember_report(job, shell, node, report)
                 return MasterJoined(node=node.name, init=True, server=report.server)
             await _join_control_plane(job, shell, topo, node, via=via, step=name)
             return MasterJoined(node=node.name, joined=True, via=via.name)

@@ -32,7 +32,7 @@ from handlers.toolkit.hosts import REMOTE_SCRIPT
 from handlers.toolkit.install_report import InstallReport, parse_install_output
 from handlers.toolkit.kubectl import is_member
 from handlers.toolkit.proxy import environment, proxy_secrets
-from handlers.toolkit.shell import NodeShell
+from handlers.toolkit.shell import ADMIN_CONF, NodeShell
 from handlers.toolkit.topology import Topology
 from subscriber.errors import PermanentStepError, TransientStepError
 from subscriber.kernel.ports import ClusterNode
@@ -46,6 +46,7 @@ __all__ = [
     "FromEnv",
     "JoinData",
     "anchor",
+    "await_signed",
     "init_main_master",
     "install_command",
     "is_installed",
@@ -205,13 +206,38 @@ trap 'rm -f "$config"' EXIT
 """
 
 
+# Waits until the controller-manager's bootstrap signer has signed the cluster-info
+# ConfigMap for token id $1, so that a join's discovery succeeds at its first try:
+# kubeadm 1.20 asks again only every 5 s, and a new cluster's signer starts ~13 s after
+# the init (docs/benchmarks.md). Best effort: a kubectl that cannot read the ConfigMap,
+# or no signature within SIGNED_TRIES polls, ends the wait (status 1) and kubeadm polls
+# itself.
+_AWAIT_SIGNED = (
+    r"""await_signed() {
+  local i=0 v
+  while [ "$i" -lt "${SIGNED_TRIES:-80}" ]; do
+    v=$("$KUBECTL" --kubeconfig """
+    + ADMIN_CONF
+    + r""" -n kube-public get configmap cluster-info \
+        -o "jsonpath={.data.jws-kubeconfig-$1}" 2>/dev/null) || return 1
+    [ -n "$v" ] && return 0
+    i=$((i + 1))
+    sleep 0.25
+  done
+  return 1
+}
+"""
+)
+
 # A bootstrap token, the CA hash and, with UPLOAD_CERTS=1, a fresh certificate key
 # (kubeadm's upload-certs phase, see _UPLOAD_CERTS), in one command. The values are
 # printed only once all succeeded, so a failure's message (stderr, else stdout)
 # never holds one; printf is a builtin (no argv in ps).
 _JOIN_DATA = (
-    r"""set -eo pipefail
+    _AWAIT_SIGNED
+    + r"""set -eo pipefail
 token=$("$KUBEADM" token create | tail -n 1)
+await_signed "${token%%.*}" || true
 hash=$("""
     + CA_HASH
     + r""")
@@ -249,6 +275,7 @@ async def join_data(
         f"bash -c {shlex.quote(_JOIN_DATA)}",
         env={
             "KUBEADM": shell.settings.kubeadm,
+            "KUBECTL": shell.settings.kubectl,
             "UPLOAD_CERTS": "1" if certificate_key else "0",
             "UPLOAD_SCRIPT": _UPLOAD_CERTS,
             "ADDRESS": via.nic_ip,
@@ -263,6 +290,26 @@ async def join_data(
             f"could not read the join token and CA hash on {via.name}", step=step
         )
     return JoinData(SecretStr(token), ca_hash, SecretStr(key) if key else None)
+
+
+async def await_signed(shell: NodeShell, via: ClusterNode, token: SecretStr) -> bool:
+    """Wait (one command on master ``via``, ~30 s at most) until the cluster-info ConfigMap
+    holds the bootstrap signer's signature for ``token``, which every join's discovery
+    needs: the joins that follow then succeed at their first try instead of at kubeadm's
+    next 5 s poll. Only the token's public id leaves this process (the ConfigMap's key
+    names it); the secret part does not.
+
+    Returns:
+        Whether the signature was seen; ``False`` (never an error) when it could not
+        be read or did not come: the joins then wait for it themselves.
+    """
+    token_id = token.get_secret_value().partition(".")[0]
+    result = await shell.run(
+        via,
+        "bash -c " + shlex.quote(_AWAIT_SIGNED + 'await_signed "$TOKEN_ID"\n'),
+        env={"KUBECTL": shell.settings.kubectl, "TOKEN_ID": token_id},
+    )
+    return result.ok
 
 
 def _cluster_args(shell: NodeShell, topo: Topology, first: ClusterNode) -> list[str]:

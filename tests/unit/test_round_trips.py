@@ -146,6 +146,12 @@ async def test_ha_joins_use_the_init_reports_join_data_and_a_failed_join_forgets
     for call in runs[1:]:
         assert call.env["LCCN_JOIN_TOKEN"] == JOIN_TOKEN and JOIN_TOKEN not in call.command
     assert [c.env["LCCN_CERTIFICATE_KEY"] for c in runs[1:3]] == [key, key]
+    # Between the init and the first join, one command on the main master waits for the
+    # bootstrap signer's signature of the init's token; only the token's id goes with it.
+    [signed] = ssh.ran(r"jws-kubeconfig")
+    assert signed.host == "10.9.1.21" and signed.env["TOKEN_ID"] == JOIN_TOKEN.split(".")[0]
+    assert JOIN_TOKEN not in signed.command + str(signed.env)
+    assert ssh.calls.index(runs[0]) < ssh.calls.index(signed) < ssh.calls.index(runs[1])
 
     # Within the same run, a join that fails forgets them: its retry asks afresh.
     (step,) = [s for s in plan.steps(ctx.results) if s.name == "join-master-master23"]
