@@ -62,7 +62,7 @@ def init_main_master(job: ClusterJob) -> StepsFor:
             report = await kubeadm.init_main_master(
                 shell, job.topology(ctx), script=_script(ctx), step=name
             )
-            await _remember_report(job, shell, main, report)
+            await _joinable_after_init(job, shell, main, report)
             return MasterInit(
                 node=main.name, server=report.server, ssl_ca_cert_hash=report.ssl_ca_cert_hash
             )
@@ -82,7 +82,7 @@ def init_main_master(job: ClusterJob) -> StepsFor:
     return StepsFor("init-master-<node>", Discovered, expand)
 
 
-async def _remember_report(
+async def _joinable_after_init(
     job: ClusterJob, shell: NodeShell, main: ClusterNode, report: InstallReport
 ) -> None:
     """The new cluster's join data as its init printed it, for this run's joins (the
@@ -167,7 +167,7 @@ def converge_masters(job: ClusterJob) -> StepsFor:
                 report = await kubeadm.init_main_master(
                     shell, topo, main=node, script=_script(ctx), step=name
                 )
-                await _remember_report(job, shell, node, report)
+                await _joinable_after_init(job, shell, node, report)
                 return MasterJoined(node=node.name, init=True, server=report.server)
             await _join_control_plane(job, shell, topo, node, via=via, step=name)
             return MasterJoined(node=node.name, joined=True, via=via.name)
