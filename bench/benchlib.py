@@ -213,11 +213,21 @@ async def open_events(base: str) -> int:
     )
 
 
+# serve reads the gauges behind open_events() from its store at most this often
+# (subscriber.metrics.Metrics' store_ttl).
+METRICS_STORE_TTL = 1.0
+
+
 async def drain(base: str, within: float = 180.0) -> float:
-    """Wait until the server at ``base`` has no open event; return the seconds it took."""
+    """Wait until the server at ``base`` has no open event; return the seconds it took.
+
+    A zero counts only once the gauge may have been read after the call: before
+    that, /metrics may still show the store as it was before the load just sent
+    (then the next phase would run while the worker still drains this one's jobs).
+    """
     start = time.perf_counter()
     while time.perf_counter() - start < within:
-        if await open_events(base) == 0:
+        if await open_events(base) == 0 and time.perf_counter() - start > METRICS_STORE_TTL:
             return time.perf_counter() - start
         await asyncio.sleep(0.2)
     raise RuntimeError(f"job backlog did not drain in {within:.0f} s")

@@ -75,8 +75,10 @@ class NewEvent:
 
     def stored_body(self) -> str:
         """The body as it may be stored: verbatim if it cannot hold a secret, else redacted."""
-        if self.raw is not None and not may_hold_secret(self.raw):
-            return self.raw.decode("utf-8")
+        if self.raw is not None:
+            text = self.raw.decode("utf-8")
+            if not may_hold_secret(text):
+                return text
         data = self.body if self.body is not None else json.loads(self.raw or b"{}")
         return json.dumps(redact(data), separators=(",", ":"))
 
