@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from schemas import NotificationParseError, parse_notification, parse_notification_data
 from subscriber.errors import RecordRejected
+from subscriber.redact import MASK, is_secret_key
 from subscriber.store import NewEvent
 from subscriber.tracing import trace_id_of
 
@@ -60,6 +61,11 @@ def _text(raw: bytes) -> str:
         return "base64:" + base64.b64encode(raw).decode("ascii")
 
 
+def _header_text(name: str, value: bytes | None) -> str:
+    text = _text(value or b"")
+    return MASK if text and is_secret_key(name) else text
+
+
 def record_meta(record: KafkaRecord, consumer: str | None = None) -> dict[str, Any]:
     """Where the record came from: topic, partition, offset, timestamp, key, headers.
 
@@ -75,8 +81,9 @@ def record_meta(record: KafkaRecord, consumer: str | None = None) -> dict[str, A
             "timestamp": record.timestamp,
             # Not "key": the store masks values under keys named like secrets.
             "record_key": None if record.key is None else _text(record.key),
-            # A list of pairs: Kafka allows the same header name twice.
-            "headers": [[name, _text(value or b"")] for name, value in record.headers or ()],
+            # A list of pairs: Kafka allows the same header name twice. A value under a
+            # secret-like name is masked here: redact() sees pairs, not a mapping.
+            "headers": [[name, _header_text(name, value)] for name, value in record.headers or ()],
         }
     }
 

@@ -40,6 +40,17 @@ def test_bare_notification_with_meta() -> None:
     assert kafka["headers"] == [["h", "v"]] and kafka["consumer"] == "replica-a"
 
 
+def test_header_values_under_secret_names_are_masked() -> None:
+    headers = [("password", b"hunter2"), ("X-Api-Key", b"k-123"), ("trace", b"t1"), ("token", b"")]
+    new = decode_record(Rec(_json(notification("vnf-1", "op-1")), headers=headers), "r")
+    assert (new.meta or {})["kafka"]["headers"] == [
+        ["password", "***"],
+        ["X-Api-Key", "***"],
+        ["trace", "t1"],
+        ["token", ""],
+    ]
+
+
 def test_oslo_envelope_payload_and_key_mismatch() -> None:
     body = notification("vnf-1", "op-1")
     inner = {"event_type": "x", "publisher_id": "p", "message_id": "m", "payload": body}

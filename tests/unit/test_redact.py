@@ -98,6 +98,13 @@ def test_bodies_without_secret_words_are_kept_verbatim_and_others_redacted() -> 
     sneaky = raw.replace(b'"bearer_token"', b'"\\u0062earer_\\u0074oken"')
     stored = NewEvent("http", parse_notification(sneaky), raw=sneaky).stored_body()
     assert "s3cr3t-bearer-TOKEN-value" not in stored
+    # Keys that name a secret only once '_' and '-' are dropped, or once lower-cased
+    # as str.lower() does it (the Kelvin sign), as is_secret_key reads them.
+    for key in ("p_assword", "to-ken", "\u212aey"):
+        body = {**full, "changedInfo": {"vimConnectionInfo": {"k8s": {key: "hunter2-pw"}}}}
+        raw = json.dumps(body, ensure_ascii=False).encode()
+        stored = NewEvent("http", parse_notification(raw), raw=raw).stored_body()
+        assert "hunter2-pw" not in stored, key
 
 
 def test_lists_under_secret_keys_and_short_strings_are_masked() -> None:
