@@ -7,6 +7,7 @@ import builtins
 import functools
 import json
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -139,6 +140,11 @@ _TASK = "event-batcher"
 _IN_FLIGHT = 2  # batches committing at once (one in the transaction, the next queued)
 
 
+# A row's values in APPEND_COLUMNS order, in one C call (the writer thread holds the
+# GIL for this, while ingest's loop waits for it).
+_append_values = operator.itemgetter(*APPEND_COLUMNS)
+
+
 @functools.lru_cache(maxsize=64)
 def _sqlite_insert(rows: int) -> str:
     return (
@@ -229,7 +235,7 @@ def _insert_new_sqlite(
         params: list[Any] = []
         for event_id, row in zip(ids[start:], chunk, strict=False):
             params.append(event_id)
-            params.extend(row[c] for c in APPEND_COLUMNS)
+            params.extend(_append_values(row))
         conn.exec_driver_sql(_sqlite_insert(len(chunk)), tuple(params))
     return {r["dedup_key"]: i for i, r in zip(ids, new, strict=True)}, existing
 
