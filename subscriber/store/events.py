@@ -240,6 +240,42 @@ def _insert_new_sqlite(
     return {r["dedup_key"]: i for i, r in zip(ids, new, strict=True)}, existing
 
 
+def _array_type(column: str) -> str:
+    kind = events.c[column].type
+    if isinstance(kind, sa.Float):
+        return "float8"
+    if isinstance(kind, sa.Integer):
+        return "int8" if isinstance(kind, sa.BigInteger) else "int4"
+    return "text"
+
+
+# One array per column, whatever the number of rows: asyncpg encodes the arrays in C,
+# where SQLAlchemy's insertmanyvalues processes every row's every parameter in Python.
+_PG_INSERT = (
+    f"INSERT INTO events ({', '.join(APPEND_COLUMNS)}) "
+    "SELECT * FROM unnest("
+    + ", ".join(f"${i}::{_array_type(c)}[]" for i, c in enumerate(APPEND_COLUMNS, 1))
+    + ") ON CONFLICT (dedup_key) DO NOTHING RETURNING dedup_key, id"
+)
+_PG_EXISTING = "SELECT dedup_key, id FROM events WHERE dedup_key = ANY($1::text[])"
+
+
+def _insert_new_postgresql(
+    conn: Connection, rows: Sequence[dict[str, Any]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """PostgreSQL: insert what is new in one statement, learning the new ids from
+    ``RETURNING``, then the ids of the keys already stored."""
+    columns = builtins.list(zip(*map(_append_values, rows), strict=True))
+    result = conn.exec_driver_sql(_PG_INSERT, tuple(map(builtins.list, columns)))
+    inserted: dict[str, int] = {key: event_id for key, event_id in result}
+    missing = [r["dedup_key"] for r in rows if r["dedup_key"] not in inserted]
+    existing: dict[str, int] = {}
+    if missing:
+        result = conn.exec_driver_sql(_PG_EXISTING, (missing,))
+        existing = {key: event_id for key, event_id in result}
+    return inserted, existing
+
+
 class EventStore(Component):
     """Appends events with group commit and answers the dispatcher's queries.
 
@@ -373,7 +409,7 @@ class EventStore(Component):
 
     async def _commit_batch(self, batch: builtins.list[_Pending]) -> None:
         rows = [row for item in batch for row in item.rows]
-        insert = _insert_new_sqlite if self._db.is_sqlite else self._insert_new_returning
+        insert = _insert_new_sqlite if self._db.is_sqlite else _insert_new_postgresql
 
         def write(conn: Connection) -> tuple[dict[str, int], dict[str, int]]:
             # Attempts first: they complete the dedup keys. Then duplicates
@@ -456,23 +492,6 @@ class EventStore(Component):
                     listener(appended)
                 except Exception:
                     log.exception("append listener failed")
-
-    def _insert_new_returning(
-        self, conn: Connection, rows: Sequence[dict[str, Any]]
-    ) -> tuple[dict[str, int], dict[str, int]]:
-        """Insert what is new, learning the new ids from ``RETURNING`` (PostgreSQL)."""
-        stmt = self._insert.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(
-            events.c.id, events.c.dedup_key
-        )
-        inserted = {r.dedup_key: r.id for r in conn.execute(stmt, rows).all()}
-        missing = [r["dedup_key"] for r in rows if r["dedup_key"] not in inserted]
-        existing: dict[str, int] = {}
-        if missing:
-            res = conn.execute(
-                sa.select(events.c.id, events.c.dedup_key).where(events.c.dedup_key.in_(missing))
-            )
-            existing = {r.dedup_key: r.id for r in res.all()}
-        return inserted, existing
 
     async def append_recorded(self, new: NewEvent, status: str, detail: str) -> AppendResult:
         """Store a transition that must not run (e.g. one implied by a later state).
