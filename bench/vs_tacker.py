@@ -167,9 +167,11 @@ def outcome(
     return found
 
 
-def timeline(left: dict[str, Any], started: float) -> str:
+def timeline(left: dict[str, Any]) -> str:
     """When each host's install script ended (its ``/tmp/installed``), in seconds from the
-    timed request's 202, in that order: the install scripts of a driver's run, one line."""
+    timed request's 202 (``left["started"]``), in that order: the install scripts of a
+    driver's run, one line."""
+    started = left["started"]
     ends = sorted((t - started, name) for name, t in left["installed"].items() if t >= started)
     return ", ".join(f"{name} +{t:.1f}" for t, name in ends) or "none"
 
@@ -337,11 +339,6 @@ def kubeadm_steps(serve: ServeProcess, occ: str) -> list[tuple[str, float]]:
     return found
 
 
-def kubeadm_seconds(serve: ServeProcess, occ: str) -> float:
-    """Seconds of :func:`kubeadm_steps` (the job's steps run one after the other)."""
-    return sum(seconds for _, seconds in kubeadm_steps(serve, occ))
-
-
 def run_ours(case: Case, rig: Rig, vnfd: str, tmp: Path) -> tuple[float, dict[str, Any], float]:
     """Seconds, what serve left, and the seconds of that in its kubeadm steps."""
     bed, tacker, sim, hosts = rig.bed, rig.tacker, rig.sim, rig.hosts
@@ -456,12 +453,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 f"{name}: install scripts ended, Tacker's: "
-                f"{timeline(tacker_left, tacker_left['started'])}",
+                f"{timeline(tacker_left)}",
                 flush=True,
             )
             print(
                 f"{name}: install scripts ended, serve's: "
-                f"{timeline(ours_left, ours_left['started'])}",
+                f"{timeline(ours_left)}",
                 flush=True,
             )
             diff = differences(tacker_left, ours_left)
