@@ -452,13 +452,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             print(
-                f"{name}: install scripts ended, Tacker's: "
-                f"{timeline(tacker_left)}",
+                f"{name}: install scripts ended, Tacker's: {timeline(tacker_left)}",
                 flush=True,
             )
             print(
-                f"{name}: install scripts ended, serve's: "
-                f"{timeline(ours_left)}",
+                f"{name}: install scripts ended, serve's: {timeline(ours_left)}",
                 flush=True,
             )
             diff = differences(tacker_left, ours_left)
