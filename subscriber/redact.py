@@ -114,8 +114,6 @@ def redact_text(text: str, *, bootstrap_tokens: bool = True) -> str:
 # every in-text pattern above contains one of these, lower-cased. A JSON text
 # containing none of them holds no secret we mask. One ``or`` chain over ``str``: ~30 %
 # faster than ``any()`` over bytes, and every stored body passes through here.
-
-
 def may_hold_secret(text: str) -> bool:
     """Cheap, conservative: False only if ``text`` cannot contain anything :func:`redact` masks."""
     # str.lower() as is_secret_key's: a key may spell "key" with the Kelvin sign.

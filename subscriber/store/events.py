@@ -174,6 +174,31 @@ def _existing_ids(conn: Connection, keys: Sequence[str]) -> dict[str, int]:
     return found
 
 
+# Which of some op-occs ever reached FAILED_TEMP: every append batch asks, so by plain
+# driver SQL (SQLAlchemy Core's expanding IN cost as much as the lookup itself). The
+# state is a literal, not a parameter, so SQLite can use the partial index
+# ix_events_failed_temp_op_occ.
+_FAILING = (
+    "SELECT DISTINCT vnf_lcm_op_occ_id FROM events "
+    "WHERE operation_state = 'FAILED_TEMP' AND vnf_lcm_op_occ_id "
+)
+
+
+def _failing_op_occs(conn: Connection, occs: Sequence[str]) -> set[str]:
+    """The op-occs of ``occs`` with a stored FAILED_TEMP event."""
+    if not occs:
+        return set()
+    if conn.dialect.name != "sqlite":
+        result = conn.exec_driver_sql(_FAILING + "= ANY($1::text[])", (list(occs),))
+        return {occ for (occ,) in result}
+    found: set[str] = set()
+    for chunk in _chunks(occs, _KEYS_PER_SELECT):
+        marks = ", ".join("?" * len(chunk))
+        result = conn.exec_driver_sql(_FAILING + f"IN ({marks})", tuple(chunk))
+        found.update(occ for (occ,) in result)
+    return found
+
+
 def assign_attempts(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     """Set the op-occ attempt of each row, and its dedup key with it (in place).
 
@@ -187,9 +212,7 @@ def assign_attempts(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
         return
     failing = {r["vnf_lcm_op_occ_id"] for r in occ_rows if r["operation_state"] == "FAILED_TEMP"}
     others = sorted({r["vnf_lcm_op_occ_id"] for r in occ_rows} - failing)
-    for chunk in _chunks(others, _KEYS_PER_SELECT):
-        result = conn.execute(st.FAILING_OP_OCCS, {"b_ids": list(chunk)})
-        failing.update(occ for (occ,) in result)
+    failing.update(_failing_op_occs(conn, others))
     if not failing:
         return
     history: dict[str, list[Seen]] = {}

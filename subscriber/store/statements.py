@@ -156,18 +156,8 @@ LEASE_FENCE_LIVE = (
     leases.update().where(_HELD, leases.c.expires_at > B("b_now")).values(token=leases.c.token)
 )
 
-# Attempts (subscriber.store.attempts): which op-occs ever failed temporarily,
-# and the transitions stored for those.
-# The state is a literal, not a parameter, so SQLite can use the partial
-# index ix_events_failed_temp_op_occ.
-FAILING_OP_OCCS = (
-    sa.select(events.c.vnf_lcm_op_occ_id)
-    .where(
-        events.c.vnf_lcm_op_occ_id.in_(B("b_ids", expanding=True)),
-        events.c.operation_state == sa.literal_column("'FAILED_TEMP'"),
-    )
-    .distinct()
-)
+# Attempts (subscriber.store.attempts): the transitions stored for the op-occs that
+# ever failed temporarily (which those are: events._failing_op_occs).
 OP_OCC_HISTORY = sa.select(
     events.c.vnf_lcm_op_occ_id,
     events.c.operation_state,
