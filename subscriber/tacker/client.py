@@ -387,15 +387,16 @@ class TackerClient(Component):
 
         Raises:
             TackerOpFailed: it ended FAILED_TEMP, FAILED or ROLLED_BACK (Tacker's error detail).
-            TackerUnavailable: still running after ``wait`` seconds (default ``op_wait_timeout``).
+            TackerUnavailable: still running, or (v1) not listed yet, after ``wait`` seconds
+                (default ``op_wait_timeout``).
         """
         deadline = time.monotonic() + (wait or self.settings.op_wait_timeout)
         while True:
             occ = await self._op_occ_state(op_occ_id, api or self.settings.api_version)
-            state = occ.get("operationState")
-            if state == "COMPLETED":
+            state = "not listed" if occ is None else occ.get("operationState")
+            if occ is not None and state == "COMPLETED":
                 return occ
-            if state in _FAILED_STATES:
+            if occ is not None and state in _FAILED_STATES:
                 err = occ.get("error") or {}
                 detail = err.get("detail") or err.get("title") or "no detail"
                 raise TackerOpFailed(
@@ -405,20 +406,21 @@ class TackerClient(Component):
                 raise TackerUnavailable(f"Tacker op-occ {op_occ_id} still {state} after waiting")
             await asyncio.sleep(self.settings.op_poll_interval)
 
-    async def _op_occ_state(self, op_occ_id: str, api: ApiVersion) -> dict[str, Any]:
-        """The op-occ as far as waiting needs it (state, operation, error).
+    async def _op_occ_state(self, op_occ_id: str, api: ApiVersion) -> dict[str, Any] | None:
+        """The op-occ as far as waiting needs it (state, operation, error); None while v1
+        does not list it yet.
 
         Tacker 16.0.0's v1 keeps a MODIFY_INFO's request as the text of a Python dict and
         its ``GET vnf_lcm_op_occs/{id}`` then fails (500, it parses that text as JSON), so
         v1 reads the op-occ from the list, filtered by id, which leaves the request out.
+        v1's PATCH answers 202 with the op-occ's id before the conductor has made it (the
+        API casts the update), so for a moment the list does not have it.
         """
         if api == "v2":
             return await self.get_op_occ(op_occ_id, api=api)
         listed = await self.list_op_occs(f"(eq,id,{filter_value(op_occ_id)})", api=api)
         found = [o for o in listed if o.get("id") == op_occ_id]
-        if not found:
-            raise TackerUnavailable(f"Tacker lists no op-occ {op_occ_id} (yet)")
-        return found[0]
+        return found[0] if found else None
 
     # -- TackerApi: write-back ---------------------------------------------------
 

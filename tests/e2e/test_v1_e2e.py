@@ -137,7 +137,7 @@ def test_v1_simple_cluster_through_scale_heal_and_terminate(
     assert shown["jobs"][-1]["handler"] == "cluster-instantiate"
     assert steps["discover"]["status"] == "done"
     assert steps["register-vim"]["status"] == "skipped"  # register_vim: false (see above)
-    assert steps["write-back"]["status"] == "done"
+    assert steps["write-back"]["status"] == "done", json.dumps(shown["jobs"], indent=1)
     before = loop.check_agreement()
     [master] = [m for m in before.values() if m.role == "master"]
     instance = loop.v1.show(loop.inst)

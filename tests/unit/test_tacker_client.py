@@ -251,6 +251,39 @@ async def test_write_back_v1_uses_the_list_form(fake: ScriptedTacker, store: Sto
     assert cleared == {"id": entry["id"], "interface_info": {}, "access_info": {}}
 
 
+async def test_v1_write_back_waits_for_the_op_occ_the_conductor_has_not_made_yet(
+    fake: ScriptedTacker, store: Store
+) -> None:
+    """v1's PATCH answers 202 with the op-occ's id before the conductor has made the op-occ
+    (the API casts the update), so the list may not have it at first: that is waiting, not
+    a failure (a failed write-back step would be tried again and find its entry there)."""
+    occ = "occ-v1-late"
+    fake.on("GET", "/vnflcm/v1/vnf_instances/inst-1", (200, {"id": "inst-1"}))
+    fake.on(
+        "PATCH",
+        "/vnflcm/v1/vnf_instances/inst-1",
+        (202, None, {"Location": f"{fake.url}/vnflcm/v1/vnf_lcm_op_occs/{occ}"}),
+    )
+    listed = {"id": occ, "operation": "MODIFY_INFO"}
+    fake.on(
+        "GET",
+        "/vnflcm/v1/vnf_lcm_op_occs",
+        (200, []),
+        (200, []),
+        (200, [{**listed, "operationState": "PROCESSING"}]),
+        (200, [{**listed, "operationState": "COMPLETED"}]),
+    )
+    async with TackerClient(settings(fake.url), echo=store.tacker) as client:
+        assert await client.write_back("inst-1", ACCESS, api="v1") == occ
+    assert len([s for s in fake.seen if s[1] == "/vnflcm/v1/vnf_lcm_op_occs"]) == 4
+
+    # Never listed: it times out as still waiting, naming why.
+    fake.on("GET", "/vnflcm/v1/vnf_lcm_op_occs", (200, []))
+    async with TackerClient(settings(fake.url, op_wait_timeout=0.2), echo=store.tacker) as c:
+        with pytest.raises(TackerUnavailable, match="not listed after waiting"):
+            await c.write_back("inst-1", ACCESS, api="v1")
+
+
 async def test_write_back_refused_or_failed(fake: ScriptedTacker, store: Store) -> None:
     fake.on("PATCH", INST, (400, {"status": 400, "detail": "NOT_INSTANTIATED"}))
     async with TackerClient(settings(fake.url), echo=store.tacker) as client:
