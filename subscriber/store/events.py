@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import functools
 import json
 import logging
@@ -120,7 +121,7 @@ def _row_values(new: NewEvent, now: float) -> dict[str, Any]:
 
 
 class _Pending:
-    """One append call's rows and the future of their results (no rows: stop)."""
+    """One append call's rows and the future of their results."""
 
     __slots__ = ("future", "rows")
 
@@ -131,6 +132,36 @@ class _Pending:
     ) -> None:
         self.rows = rows
         self.future = future
+
+
+class _Commit:
+    """One group commit: the appends it took when its transaction began."""
+
+    __slots__ = ("batch", "cancelled", "started")
+
+    def __init__(self) -> None:
+        self.batch: list[_Pending] = []
+        self.started = False  # set by whoever runs the transaction (the writer thread)
+        # Set on the loop when the commit's task is cancelled: a transaction that
+        # begins after it takes nothing, as nobody would hear of its outcome.
+        self.cancelled = False
+
+    def take(self, waiting: collections.deque[_Pending], most: int) -> list[_Pending]:
+        """Move appends from ``waiting`` into this commit: up to ``most`` rows, at least
+        one append (one ``append_many`` is never split). Thread-safe: ``popleft`` is atomic
+        and only commits take."""
+        self.started = True
+        if self.cancelled:
+            return self.batch
+        size = 0
+        while size < most or not self.batch:
+            try:
+                item = waiting.popleft()
+            except IndexError:
+                break
+            self.batch.append(item)
+            size += len(item.rows)
+        return self.batch
 
 
 _SQLITE_ROW = f"({', '.join('?' * (len(APPEND_COLUMNS) + 1))})"
@@ -320,7 +351,11 @@ class EventStore(Component):
         self._db = db
         self._writer = writer
         self._max = group_commit_max
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        # Appends not yet taken by a commit; commits take them when their transaction
+        # begins (in the writer thread on SQLite), not when they are queued.
+        self._waiting: collections.deque[_Pending] = collections.deque()
+        self._wake = asyncio.Event()
+        self._closing = False
         self._listeners: list[Callable[[Sequence[AppendedEvent]], None]] = []
         self._observers: list[Callable[[Sequence[AppendObservation]], None]] = []
         self._insert = db.insert(events)
@@ -328,12 +363,14 @@ class EventStore(Component):
     # -- lifecycle -----------------------------------------------------------
 
     async def _start(self) -> None:
+        self._closing = False
         self._spawn(_TASK, self._write_loop, restart=True)
 
     async def _stop(self) -> None:
-        # An empty item tells the loop to return once what is queued before it is written.
+        # The loop returns once every append queued before it has been written.
+        self._closing = True
+        self._wake.set()
         if self._task(_TASK) is not None:
-            await self._queue.put(_Pending([], asyncio.get_running_loop().create_future()))
             await self._join_task(_TASK)
         self._fail_queued(StoreError("event writer stopped"))
 
@@ -342,8 +379,8 @@ class EventStore(Component):
         self._fail_queued(StoreError(f"event writer stopped: {exc}"))
 
     def _fail_queued(self, err: StoreError) -> None:
-        while not self._queue.empty():
-            item = self._queue.get_nowait()
+        while self._waiting:
+            item = self._waiting.popleft()
             if not item.future.done():
                 item.future.set_exception(err)
 
@@ -387,54 +424,47 @@ class EventStore(Component):
         future: asyncio.Future[builtins.list[AppendResult]] = (
             asyncio.get_running_loop().create_future()
         )
-        self._queue.put_nowait(_Pending(rows, future))
+        self._waiting.append(_Pending(rows, future))
+        self._wake.set()
         return await future
 
     async def _write_loop(self) -> None:
-        # Up to _IN_FLIGHT batches are committing at once: while one commits,
-        # the next gathers, so a commit never waits for the loop to come round.
-        slots = asyncio.Semaphore(_IN_FLIGHT)
-        committing: set[asyncio.Task[None]] = set()
+        # Up to _IN_FLIGHT commits at once: while one commits, the next is queued for
+        # the database, so a commit never waits for this loop to come round. A queued
+        # commit takes its appends when its transaction begins, so it carries all that
+        # arrived until then; a new one is queued only once every queued one has begun.
+        committing: dict[asyncio.Task[None], _Commit] = {}
 
         def done(task: asyncio.Task[None]) -> None:
-            committing.discard(task)
-            slots.release()
+            committing.pop(task, None)
+            self._wake.set()
 
         try:
             while True:
-                first = await self._queue.get()
-                await slots.acquire()
-                batch = [first]
-                size = len(first.rows)
-                # Whoever queued meanwhile joins this batch, up to group_commit_max
-                # rows (one append_many is never split).
-                while size < self._max and not self._queue.empty():
-                    item = self._queue.get_nowait()
-                    batch.append(item)
-                    size += len(item.rows)
-                work = [p for p in batch if p.rows]
-                if work:
-                    task = asyncio.ensure_future(self._commit_batch(work))
-                    committing.add(task)
+                if not self._waiting:
+                    if self._closing and not committing:
+                        return
+                elif len(committing) < _IN_FLIGHT and all(c.started for c in committing.values()):
+                    commit = _Commit()
+                    task = asyncio.ensure_future(self._commit_batch(commit))
+                    committing[task] = commit
                     task.add_done_callback(done)
-                else:
-                    slots.release()
-                if len(work) < len(batch):  # stop: what was queued before is written
-                    await asyncio.gather(*committing, return_exceptions=True)
-                    for p in batch:
-                        if not p.rows and not p.future.done():
-                            p.future.set_result([])
-                    return
+                    continue
+                self._wake.clear()
+                await self._wake.wait()
         finally:
             for task in list(committing):
                 task.cancel()
             await asyncio.gather(*committing, return_exceptions=True)
 
-    async def _commit_batch(self, batch: builtins.list[_Pending]) -> None:
-        rows = [row for item in batch for row in item.rows]
+    async def _commit_batch(self, commit: _Commit) -> None:
         insert = _insert_new_sqlite if self._db.is_sqlite else _insert_new_postgresql
+        rows: builtins.list[dict[str, Any]] = []
 
         def write(conn: Connection) -> tuple[dict[str, int], dict[str, int]]:
+            rows.extend(row for item in commit.take(self._waiting, self._max) for row in item.rows)
+            if not rows:  # what it was queued for went with the commit before it
+                return {}, {}
             # Attempts first: they complete the dedup keys. Then duplicates
             # inside the batch collapse: the first row of a key is inserted.
             assign_attempts(conn, rows)
@@ -449,7 +479,8 @@ class EventStore(Component):
             # else is queued for its writer thread.
             inserted, existing = (await self._db.write_batch([write]))[0]
         except asyncio.CancelledError:
-            for item in batch:
+            commit.cancelled = True
+            for item in commit.batch:
                 if not item.future.done():
                     item.future.set_exception(StoreError("event writer stopped"))
             raise
@@ -459,6 +490,9 @@ class EventStore(Component):
                 if isinstance(exc, StoreError)
                 else StoreUnavailable(f"could not store events: {type(exc).__name__}")
             )
+            # A transaction that failed before it took anything fails what waits, which
+            # it would have taken: the callers answer 503 rather than wait on.
+            batch = commit.batch if commit.started else commit.take(self._waiting, self._max)
             for item in batch:
                 if not item.future.done():
                     item.future.set_exception(err)
@@ -470,7 +504,7 @@ class EventStore(Component):
         observed: builtins.list[AppendObservation] = []
         observe = bool(self._observers)
         now = time.time()
-        for item in batch:
+        for item in commit.batch:
             results: builtins.list[AppendResult] = []
             for row in item.rows:
                 key = row["dedup_key"]
