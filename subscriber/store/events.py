@@ -193,41 +193,39 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[start : start + size]
 
 
-def _existing_ids(conn: Connection, keys: Sequence[str]) -> dict[str, int]:
-    """The ids of the events already stored under any of ``keys``."""
-    found: dict[str, int] = {}
+def _keyed_rows(conn: Connection, select: str, keys: Sequence[str]) -> list[Any]:
+    """The rows of ``select`` (ending in ``WHERE ... <text column>``) whose column is one of
+    ``keys``, by plain driver SQL: on every append batch's path, where SQLAlchemy Core's
+    expanding ``IN`` cost as much as the lookup. PostgreSQL takes one array; SQLite an
+    ``IN (?...)`` per chunk, under its host-parameter limit."""
+    if not keys:
+        return []
+    if conn.dialect.name == "postgresql":
+        return list(conn.exec_driver_sql(f"{select} = ANY($1::text[])", (list(keys),)))
+    found: list[Any] = []
     for chunk in _chunks(keys, _KEYS_PER_SELECT):
         marks = ", ".join("?" * len(chunk))
-        result = conn.exec_driver_sql(
-            f"SELECT dedup_key, id FROM events WHERE dedup_key IN ({marks})", tuple(chunk)
-        )
-        found.update((key, event_id) for key, event_id in result)
+        found.extend(conn.exec_driver_sql(f"{select} IN ({marks})", tuple(chunk)))
     return found
 
 
-# Which of some op-occs ever reached FAILED_TEMP: every append batch asks, so by plain
-# driver SQL (SQLAlchemy Core's expanding IN cost as much as the lookup itself). The
-# state is a literal, not a parameter, so SQLite can use the partial index
+def _existing_ids(conn: Connection, keys: Sequence[str]) -> dict[str, int]:
+    """The ids of the events already stored under any of ``keys``."""
+    rows = _keyed_rows(conn, "SELECT dedup_key, id FROM events WHERE dedup_key", keys)
+    return {key: event_id for key, event_id in rows}
+
+
+# The state is a literal, not a parameter, so SQLite can use the partial index
 # ix_events_failed_temp_op_occ.
 _FAILING = (
     "SELECT DISTINCT vnf_lcm_op_occ_id FROM events "
-    "WHERE operation_state = 'FAILED_TEMP' AND vnf_lcm_op_occ_id "
+    "WHERE operation_state = 'FAILED_TEMP' AND vnf_lcm_op_occ_id"
 )
 
 
 def _failing_op_occs(conn: Connection, occs: Sequence[str]) -> set[str]:
     """The op-occs of ``occs`` with a stored FAILED_TEMP event."""
-    if not occs:
-        return set()
-    if conn.dialect.name != "sqlite":
-        result = conn.exec_driver_sql(_FAILING + "= ANY($1::text[])", (list(occs),))
-        return {occ for (occ,) in result}
-    found: set[str] = set()
-    for chunk in _chunks(occs, _KEYS_PER_SELECT):
-        marks = ", ".join("?" * len(chunk))
-        result = conn.exec_driver_sql(_FAILING + f"IN ({marks})", tuple(chunk))
-        found.update(occ for (occ,) in result)
-    return found
+    return {occ for (occ,) in _keyed_rows(conn, _FAILING, occs)}
 
 
 def assign_attempts(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
@@ -311,7 +309,6 @@ _PG_INSERT = (
     + ", ".join(f"${i}::{_array_type(c)}[]" for i, c in enumerate(APPEND_COLUMNS, 1))
     + ") ON CONFLICT (dedup_key) DO NOTHING RETURNING dedup_key, id"
 )
-_PG_EXISTING = "SELECT dedup_key, id FROM events WHERE dedup_key = ANY($1::text[])"
 
 
 def _insert_new_postgresql(
@@ -323,11 +320,7 @@ def _insert_new_postgresql(
     result = conn.exec_driver_sql(_PG_INSERT, tuple(map(builtins.list, columns)))
     inserted: dict[str, int] = {key: event_id for key, event_id in result}
     missing = [r["dedup_key"] for r in rows if r["dedup_key"] not in inserted]
-    existing: dict[str, int] = {}
-    if missing:
-        result = conn.exec_driver_sql(_PG_EXISTING, (missing,))
-        existing = {key: event_id for key, event_id in result}
-    return inserted, existing
+    return inserted, _existing_ids(conn, missing)
 
 
 class EventStore(Component):
