@@ -88,7 +88,8 @@ def upload_scripts(job: ClusterJob) -> Step:
     """The install script on every node: the VNF package's ``script_path`` file, read from
     Tacker as Tacker's drivers take it from the package; our own
     ``install_k8s_cluster.sh`` when the package has no such file (logged, and said in the
-    result). With it ``create_admin_token.yaml``, ours, as Tacker's drivers upload theirs."""
+    result). On the masters also ``create_admin_token.yaml``, ours, as Tacker's drivers
+    upload theirs (they put it on the workers too, where nothing reads it)."""
 
     async def run(ctx: JobContext) -> InstallScript:
         topo, params = job.topology(ctx), await job.params(ctx)

@@ -76,9 +76,11 @@ def node_file(settings: ClusterSettings, name: str) -> bytes:
 async def upload_scripts(
     shell: NodeShell, nodes: Sequence[ClusterNode], script: bytes | None = None
 ) -> None:
-    """Put ``install_k8s_cluster.sh`` and ``create_admin_token.yaml`` in /tmp of each node.
+    """Put ``install_k8s_cluster.sh`` in /tmp of each node, and ``create_admin_token.yaml``
+    in /tmp of each master (the admin token is made on a master; Tacker's drivers put it
+    on workers too, where nothing reads it: an SFTP session a worker less).
 
-    Every upload runs at once (both files of a node over its one connection).
+    Every upload runs at once (a master's two files over its one connection).
     Convergent: an upload replaces the file.
 
     Arguments:
@@ -92,13 +94,11 @@ async def upload_scripts(
     own, token_yaml = (node_file(shell.settings, name) for name in NODE_FILES)
     install = own if script is None else script
 
-    uploads = [
-        shell.ssh.upload(shell.target(n), data, path, mode=mode)
+    uploads = [shell.ssh.upload(shell.target(n), install, REMOTE_SCRIPT, mode=0o755) for n in nodes]
+    uploads += [
+        shell.ssh.upload(shell.target(n), token_yaml, REMOTE_TOKEN_YAML, mode=0o644)
         for n in nodes
-        for data, path, mode in (
-            (install, REMOTE_SCRIPT, 0o755),
-            (token_yaml, REMOTE_TOKEN_YAML, 0o644),
-        )
+        if n.role == "master"
     ]
     await asyncio.gather(*uploads)
 

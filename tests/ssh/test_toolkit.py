@@ -99,12 +99,20 @@ async def test_write_hosts_converges_and_forgets(bed: Any, shell: NodeShell) -> 
     assert hostname.stdout.strip() == a.name
 
 
-async def test_upload_scripts_puts_both_files(bed: Any, shell: NodeShell) -> None:
-    n = node(bed, 1)
-    await hosts.upload_scripts(shell, [n])
-    listing = await shell.run(n, f"stat -c '%a %n' {hosts.REMOTE_SCRIPT} {hosts.REMOTE_TOKEN_YAML}")
+async def test_upload_scripts_puts_both_files_on_a_master_and_the_script_on_a_worker(
+    bed: Any, shell: NodeShell
+) -> None:
+    master, worker = node(bed, 1, "master"), node(bed, 2)
+    for n in (master, worker):
+        await shell.run(n, f"rm -f {hosts.REMOTE_SCRIPT} {hosts.REMOTE_TOKEN_YAML}")
+    await hosts.upload_scripts(shell, [master, worker])
+    files = f"{hosts.REMOTE_SCRIPT} {hosts.REMOTE_TOKEN_YAML}"
+    listing = await shell.run(master, f"stat -c '%a %n' {files}")
     assert listing.check().stdout.split("\n")[0] == f"755 {hosts.REMOTE_SCRIPT}"
     assert hosts.REMOTE_TOKEN_YAML in listing.stdout
+    on_worker = await shell.run(worker, f"ls {files}")
+    assert hosts.REMOTE_SCRIPT in on_worker.stdout
+    assert hosts.REMOTE_TOKEN_YAML not in on_worker.stdout
 
 
 async def test_init_join_and_node_operations(bed: Any, shell: NodeShell) -> None:
