@@ -394,14 +394,15 @@ class TackerClient(Component):
         while True:
             occ = await self._op_occ_state(op_occ_id, api or self.settings.api_version)
             state = "not listed" if occ is None else occ.get("operationState")
-            if occ is not None and state == "COMPLETED":
-                return occ
-            if occ is not None and state in _FAILED_STATES:
-                err = occ.get("error") or {}
-                detail = err.get("detail") or err.get("title") or "no detail"
-                raise TackerOpFailed(
-                    f"Tacker op-occ {op_occ_id} ({occ.get('operation')}) is {state}: {detail}"
-                )
+            if occ is not None:
+                if state == "COMPLETED":
+                    return occ
+                if state in _FAILED_STATES:
+                    err = occ.get("error") or {}
+                    detail = err.get("detail") or err.get("title") or "no detail"
+                    raise TackerOpFailed(
+                        f"Tacker op-occ {op_occ_id} ({occ.get('operation')}) is {state}: {detail}"
+                    )
             if time.monotonic() >= deadline:
                 raise TackerUnavailable(f"Tacker op-occ {op_occ_id} still {state} after waiting")
             await asyncio.sleep(self.settings.op_poll_interval)
