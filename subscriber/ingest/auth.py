@@ -46,7 +46,7 @@ import logging
 import secrets
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -57,6 +57,7 @@ from subscriber.config import AuthSettings, Settings
 from subscriber.errors import ConfigError, StoreError
 from subscriber.health import CheckResult
 from subscriber.ingest import credentials as gen
+from subscriber.ingest.http import add_guard
 from subscriber.ingest.problems import problem_response
 from subscriber.lifecycle import Component, State
 from subscriber.metrics import AuthCounters
@@ -78,8 +79,6 @@ __all__ = [
 AUTH_OFF = "callback auth off"
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _b64url(data: bytes) -> str:
@@ -268,9 +267,9 @@ class CallbackAuth(Component):
         return not (self.enabled or self._settings.mtls.enabled)
 
     def install(self, app: web.Application) -> None:
-        """Add the middleware and the token route to ``app`` (the token endpoint answers
-        ``invalid_client`` while no OAuth2 client exists)."""
-        app.middlewares.append(self._middleware)
+        """Guard ``app`` (one made by :func:`~subscriber.ingest.http.make_app`) and add the
+        token route (it answers ``invalid_client`` while no OAuth2 client exists)."""
+        add_guard(app, self.refuse)
         app.router.add_route("POST", self._settings.oauth2.token_path, self._token)
 
     # -- lifecycle and the stored credentials -------------------------------------
@@ -485,17 +484,18 @@ class CallbackAuth(Component):
             return self._token_valid(value.strip())
         return False
 
-    @web.middleware
-    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def refuse(self, request: web.Request) -> web.StreamResponse | None:
+        """The answer that refuses ``request`` (401, or 404 for a protected probe while
+        callback auth is off), or ``None`` when it may pass."""
         path = request.path
         callback = path == self._path
         if not callback and path not in self._protect:
-            return await handler(request)
+            return None
         if not self.enabled:
             if callback and "Authorization" in request.headers:
                 self._look_again(time.monotonic())
             if callback or self._settings.mtls.enabled:  # off, or the TLS handshake checked
-                return await handler(request)
+                return None
             return problem_response(
                 404,
                 f"{path} is served on the metrics listener (http.metrics_host) only",
@@ -504,11 +504,11 @@ class CallbackAuth(Component):
         arrived = time.monotonic()
         header = request.headers.get("Authorization", "")
         if self._accepts(header):
-            return await handler(request)
+            return None
         if header and self._store is not None:
             await self._reload_after(arrived)  # credentials generated a moment ago?
             if self._accepts(header):
-                return await handler(request)
+                return None
         scheme = header.partition(" ")[0].lower()
         self._failed("callback" if callback else "probe", request)
         # Don't read the body: nothing of a rejected request is stored.

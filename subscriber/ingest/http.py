@@ -16,6 +16,7 @@ notifications with ``requests`` and ``data=json.dumps(...)``, which sets no
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import Counter
 
 from schemas import NotificationParseError, parse_notification
@@ -32,12 +34,20 @@ from schemas.openapi import OPENAPI_PATH, openapi_document
 from subscriber import tracing
 from subscriber.config import HttpSettings
 from subscriber.errors import LccnError, ListenFailed
-from subscriber.ingest.problems import problem_middleware, problem_response
+from subscriber.ingest.problems import error_response, problem_response
 from subscriber.ingest.traced import ingest_attributes, note_appended
 from subscriber.lifecycle import Component
 from subscriber.store import NewEvent
 
-__all__ = ["CallbackIngress", "EventSink", "count_responses", "make_app"]
+__all__ = [
+    "GUARDS_KEY",
+    "CallbackIngress",
+    "EventSink",
+    "Guard",
+    "add_guard",
+    "make_app",
+    "response_counter",
+]
 
 log = logging.getLogger(__name__)
 
@@ -132,15 +142,24 @@ async def _notification(request: web.Request) -> web.Response:
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _CALLBACK_CODES = (204, 400, 401, 413, 415, 500, 503)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Guard = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
+"""Looks at a request before its handler: the answer that refuses it, or ``None``."""
+GUARDS_KEY = web.AppKey("guards", list[Guard])
 
 
-def count_responses(
+def add_guard(app: web.Application, guard: Guard) -> None:
+    """Have ``guard`` look at every request of ``app`` (made by :func:`make_app`) before its
+    handler, after the guards added before it; the first answer that refuses it is the
+    answer. Authentication is one."""
+    app[GUARDS_KEY].append(guard)
+
+
+def response_counter(
     counter: Counter, callback_path: str, hook_path: str | None = None
-) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    """A middleware that counts every answer in ``counter`` (``lccn_http_responses``) by
-    endpoint and status code. Outermost, so it sees what the other middlewares answer
-    (authentication's 401, ProblemDetails' 404 and 500). The endpoint is one of a few
-    names, never the path a client chose: ``callback``, ``hooks``, ``probes``, ``other``."""
+) -> Callable[[str, int], None]:
+    """``count(path, status)``, counting an answer in ``counter`` (``lccn_http_responses``)
+    by endpoint and status code. The endpoint is one of a few names, never the path a
+    client chose: ``callback``, ``hooks``, ``probes``, ``other``."""
 
     # The answers alerts rate from their first occurrence: a series born at 1 shows
     # no increase to rate() (Prometheus never saw it at 0).
@@ -164,14 +183,39 @@ def count_responses(
             child = children[key] = counter.labels(key[0], str(status))
         child.inc()
 
+    return count
+
+
+def _listener_middleware(
+    guards: list[Guard], count: Callable[[str, int], None] | None
+) -> Middleware:
+    """The listener's one middleware: the guards, then the handler; every error as
+    ProblemDetails (aiohttp's own 404, 405, 413 ... and a 500 for anything unexpected);
+    every answer counted, the guards' and the errors' too. One layer rather than one
+    per concern: each is a coroutine frame on every notification's path."""
+
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            response = await handler(request)
-        except web.HTTPException as exc:  # a redirect or a bare one past ProblemDetails
-            count(request.path, exc.status)
+            response = None
+            for guard in guards:
+                response = await guard(request)
+                if response is not None:
+                    break
+            if response is None:
+                response = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:  # a redirect: aiohttp sends it
+                if count is not None:
+                    count(request.path, exc.status)
+                raise
+            response = error_response(request, exc)
+        except asyncio.CancelledError:
             raise
-        count(request.path, response.status)
+        except Exception as exc:
+            response = error_response(request, exc)
+        if count is not None:
+            count(request.path, response.status)
         return response
 
     return middleware
@@ -186,12 +230,16 @@ def make_app(
 ) -> web.Application:
     """The aiohttp application with the callback route (other routes may be added);
     ``sink``: where notifications go; ``hook_path``: the drain hook's, when it is on (for
-    the OpenAPI document); ``responses``: counts every answer (``lccn_http_responses``)."""
-    middlewares: list[Any] = [problem_middleware]
-    if responses is not None:
-        middlewares.insert(0, count_responses(responses, settings.path, hook_path))
+    the OpenAPI document); ``responses``: counts every answer (``lccn_http_responses``).
+    Requests pass the guards :func:`add_guard` adds before their handler."""
+    guards: list[Guard] = []
+    count = response_counter(responses, settings.path, hook_path) if responses else None
     # The body cap is enforced by _read_capped; aiohttp's own cap must not cut in first.
-    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes + 1)
+    app = web.Application(
+        middlewares=[_listener_middleware(guards, count)],
+        client_max_size=settings.max_body_bytes + 1,
+    )
+    app[GUARDS_KEY] = guards
     app[EVENT_SINK_KEY] = sink
     app[SETTINGS_KEY] = settings
     app.router.add_route("GET", settings.path, _test_notification)

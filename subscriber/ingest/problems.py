@@ -14,7 +14,7 @@ from subscriber.redact import redact_text
 
 log = logging.getLogger(__name__)
 
-__all__ = ["problem_middleware", "problem_response"]
+__all__ = ["error_response", "problem_middleware", "problem_response"]
 
 _TITLES = {
     400: "Bad Request",
@@ -52,36 +52,43 @@ def problem_response(
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def error_response(request: web.Request, exc: Exception) -> web.Response:
+    """ProblemDetails for what a handler raised: aiohttp's own HTTP errors (404, 405,
+    413 ...: status 400 and up) as they are; any other exception a 500, logged once with a
+    request id the answer names (neither the log nor the answer echoes the body)."""
+    if isinstance(exc, web.HTTPException):
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        detail = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
+        return problem_response(exc.status, detail, instance=request.path, headers=headers)
+    request_id = uuid.uuid4().hex[:16]
+    log.error(
+        "request failed",
+        extra={
+            "request_id": request_id,
+            "method": request.method,
+            "path": request.path,
+            "error": redact_text(f"{type(exc).__name__}: {exc}")[:500],
+        },
+        exc_info=log.isEnabledFor(logging.DEBUG),
+    )
+    return problem_response(
+        500,
+        f"internal error; request id {request_id} in the service's log",
+        instance=request.path,
+        headers={"X-Request-Id": request_id},
+    )
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render every error as ProblemDetails: aiohttp's own (404, 405, 413 ...) and any
-    unexpected exception (500, logged once with a request id the answer names; neither
-    the log nor the answer echoes the body)."""
+    """Render every error as ProblemDetails (:func:`error_response`); redirects pass."""
     try:
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
-        detail = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
-        return problem_response(exc.status, detail, instance=request.path, headers=headers)
+        return error_response(request, exc)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        request_id = uuid.uuid4().hex[:16]
-        log.error(
-            "request failed",
-            extra={
-                "request_id": request_id,
-                "method": request.method,
-                "path": request.path,
-                "error": redact_text(f"{type(exc).__name__}: {exc}")[:500],
-            },
-            exc_info=log.isEnabledFor(logging.DEBUG),
-        )
-        return problem_response(
-            500,
-            f"internal error; request id {request_id} in the service's log",
-            instance=request.path,
-            headers={"X-Request-Id": request_id},
-        )
+        return error_response(request, exc)
