@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+import random
+import uuid
 
 from subscriber.logs import JsonFormatter
-from subscriber.redact import redact, redact_text, redact_url
+from subscriber.redact import (
+    _may_hold_secret_text,
+    may_hold_secret,
+    redact,
+    redact_text,
+    redact_url,
+)
 
 SECRETS = ["hunter2-pw", "bearer-abc-123456789", "client-secret-xyz", "cert-key-0123456789abcdef"]
 
@@ -158,3 +166,78 @@ def test_config_show_masks_urls_and_secret_keys_anywhere() -> None:
     assert data["cluster"]["script_env"]["K8S_VERSION"] == "1.26.8"
     assert data["cluster"]["script_env"]["REGISTRY_TOKEN"] == "***"
     assert data["auth"]["oauth2"]["token_path"] == "/token"  # a field name is no secret
+
+
+_NEEDLES = ["pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential"]
+_NEEDLES += ["bearer", "basic", "eyj", "\\u"]
+
+
+def _spelled(rng: random.Random, word: str) -> str:
+    """``word`` in random case, with '_' or '-' between some of its letters."""
+    out = []
+    for ch in word:
+        out.append(ch.upper() if rng.random() < 0.3 else ch)
+        if rng.random() < 0.15:
+            out.append(rng.choice("_-"))
+    return "".join(out)
+
+
+def test_may_hold_secret_finds_every_needle_however_spelled() -> None:
+    rng = random.Random(31)
+    for needle in _NEEDLES:
+        for _ in range(50):
+            text = f'{{"id":"{uuid.uuid4()}","{_spelled(rng, needle)}":1}}'
+            assert may_hold_secret(text), text
+    # str.lower() maps the Kelvin sign to "k": is_secret_key reads it as "key".
+    assert may_hold_secret('{"\u212aey": "x"}')
+
+
+def test_may_hold_secret_is_never_false_where_the_plain_check_is_true() -> None:
+    """Against the reference (the lower-cased text, '_' and '-' dropped, one scan per
+    needle): dropping more bytes first may only add matches."""
+    rng = random.Random(7)
+    pieces = [*_NEEDLES, "a", "e", "s", "k", "y", "o", "_", "-", ":", '"', "0", "f", "\u212a", "é"]
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        text = _spelled(rng, text)
+        if _may_hold_secret_text(text):
+            assert may_hold_secret(text), text
+
+
+def test_a_notification_without_secrets_takes_the_fast_path() -> None:
+    """A FULL notification with no secret in it (as Tacker v2 sends one) is stored as
+    received, not decoded and redacted: the check must not find a needle in it."""
+    instance, op_occ, base = str(uuid.uuid4()), str(uuid.uuid4()), "http://192.0.2.1:9890"
+    body = {
+        "id": str(uuid.uuid4()),
+        "notificationType": "VnfLcmOperationOccurrenceNotification",
+        "subscriptionId": str(uuid.uuid4()),
+        "timeStamp": "2026-11-22T03:50:00Z",
+        "notificationStatus": "RESULT",
+        "operationState": "COMPLETED",
+        "vnfInstanceId": instance,
+        "operation": "INSTANTIATE",
+        "isAutomaticInvocation": False,
+        "vnfLcmOpOccId": op_occ,
+        "verbosity": "FULL",
+        "affectedVnfcs": [
+            {
+                "id": str(uuid.uuid4()),
+                "vduId": vdu,
+                "vnfdId": str(uuid.uuid4()),
+                "changeType": "ADDED",
+                "computeResource": {
+                    "resourceId": str(uuid.uuid4()),
+                    "vimLevelResourceType": "OS::Nova::Server",
+                },
+                "metadata": {"stack_id": str(uuid.uuid4())},
+            }
+            for vdu in ("masterNode", "workerNode", "workerNode")
+        ],
+        "_links": {
+            "vnfInstance": {"href": f"{base}/vnflcm/v2/vnf_instances/{instance}"},
+            "vnfLcmOpOcc": {"href": f"{base}/vnflcm/v2/vnf_lcm_op_occs/{op_occ}"},
+        },
+    }
+    text = json.dumps(body)
+    assert not may_hold_secret(text)
