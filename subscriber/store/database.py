@@ -160,6 +160,9 @@ class Database:
         self.dialect_name = "sqlite" if self.is_sqlite else make_url(self.url).get_backend_name()
         self._async: Engine | None = None  # PostgreSQL: an asyncio dialect's engine
         self._write_engine: Engine | None = None
+        # SQLite: the writer thread's one connection, kept between batches (touched only
+        # on that thread, and by dispose() once it is idle).
+        self._writer_conn: Connection | None = None
         self._read_engine: Engine | None = None
         self._writer_thread: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
@@ -284,16 +287,39 @@ class Database:
                     return _run_all(ops, conn)
 
             return await _in_greenlet(write_in_greenlet)
-        assert self._write_engine is not None
-        engine = self._write_engine
         turn = self._turn
 
         def run() -> list[Any]:
             turned = turn.held() if turn is not None else contextlib.nullcontext()
-            with turned, engine.begin() as conn:
-                return _run_all(ops, conn)
+            with turned:
+                conn = self._writer_connection()
+                try:
+                    with conn.begin():
+                        return _run_all(ops, conn)
+                except BaseException:
+                    # Rolled back. Back to the pool, which resets it (and discards it after
+                    # a disconnect), as each batch's connection was before: failures are
+                    # rare, and the next batch checks it out again.
+                    self._close_writer_connection()
+                    raise
 
         return await asyncio.get_running_loop().run_in_executor(self._writer_thread, run)
+
+    def _writer_connection(self) -> Connection:
+        """The writer thread's connection, opened on first use. Kept between batches: the
+        pool's check-out, reset (a rollback) and check-in each batch held the GIL for
+        about as long as the batch's own statements, while ingest's loop waited for it."""
+        conn = self._writer_conn
+        if conn is None or conn.closed or conn.invalidated:
+            assert self._write_engine is not None
+            conn = self._writer_conn = self._write_engine.connect()
+        return conn
+
+    def _close_writer_connection(self) -> None:
+        conn, self._writer_conn = self._writer_conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     async def run_sync_migration(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in a write transaction (schema migrations)."""
@@ -305,6 +331,11 @@ class Database:
         """Close every connection and thread (idempotent)."""
         if self._async is not None:
             await _in_greenlet(self._async.dispose)
+        if self._writer_thread is not None:
+            # On its own thread, after any batch still running there.
+            await asyncio.get_running_loop().run_in_executor(
+                self._writer_thread, self._close_writer_connection
+            )
         for engine in (self._write_engine, self._read_engine):
             if engine is not None:
                 engine.dispose()
