@@ -233,7 +233,7 @@ def make_app(
     the OpenAPI document); ``responses``: counts every answer (``lccn_http_responses``).
     Requests pass the guards :func:`add_guard` adds before their handler."""
     guards: list[Guard] = []
-    count = response_counter(responses, settings.path, hook_path) if responses else None
+    count = response_counter(responses, settings.path, hook_path) if responses is not None else None
     # The body cap is enforced by _read_capped; aiohttp's own cap must not cut in first.
     app = web.Application(
         middlewares=[_listener_middleware(guards, count)],

@@ -99,6 +99,9 @@ async def test_basic_accepts_the_right_credentials_and_rejects_others(
     async with http.get(f"http://127.0.0.1:{svc.port}/metrics") as resp:
         text = await resp.text()
     assert metric(text, 'lccn_auth_failures_total{endpoint="callback"}') == 10
+    # The listener counts the guard's answers as it counts the handler's.
+    assert metric(text, 'lccn_http_responses_total{endpoint="callback",code="401"}') == 10
+    assert metric(text, 'lccn_http_responses_total{endpoint="callback",code="204"}') == 2
     # Health and metrics stay open to the probes.
     async with http.get(f"http://127.0.0.1:{svc.port}/healthz") as resp:
         assert resp.status == 200
