@@ -62,6 +62,8 @@ _SQLITE_CACHED_STATEMENTS = 32
 # every batch size, and ingest's writer connection held 112 of them after a backlog
 # (~2 MB of the processes together; the other connections held 3 to 36).
 _PG_CACHED_STATEMENTS = 32
+# Seconds a PostgreSQL connection may sit in the pool and still be used without a ping.
+_PG_PING_IDLE = 1.0
 
 
 def is_sqlite(url: str) -> bool:
@@ -198,11 +200,14 @@ class Database:
             # would add only wrappers around it, and imports the ORM (~6 MB a process).
             self._async = sa.create_engine(
                 self.url,
-                pool_pre_ping=True,
                 pool_size=10,
                 max_overflow=10,
+                # The newest connection first: a few stay in use, the rest rest (and are
+                # pinged before their next use, below).
+                pool_use_lifo=True,
                 connect_args=connect_args,
             )
+            _ping_when_idle(self._async, _PG_PING_IDLE)
 
     def _sqlite_engine(
         self, settings: DatabaseSettings, *, immediate: bool, pool_size: int
@@ -346,6 +351,33 @@ class Database:
         if self._turn is not None:
             self._turn.close()
             self._turn = None
+
+
+def _ping_when_idle(engine: Engine, idle: float) -> None:
+    """Ping a pooled connection at check-out when it sat unused for ``idle`` seconds or more;
+    one that does not answer is replaced (the pool tries again with a new one).
+
+    Instead of ``pool_pre_ping``, which pings at every check-out: with asyncpg a ping is
+    three round trips (``BEGIN``, ``;``, ``ROLLBACK``) before every group commit, job
+    write and read. A connection used a moment ago has just answered; if the server
+    restarted since, its first statement fails as a disconnect and the pool drops its
+    connections: that one call fails retriable (an append answers 503 with
+    ``Retry-After``), as any call does while the server is away, and the next connects anew.
+    """
+
+    @sa.event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_conn: Any, record: Any) -> None:
+        record.info["lccn_used_at"] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        used_at = record.info.get("lccn_used_at")
+        if used_at is None or time.monotonic() - used_at < idle:
+            return  # new, or used a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise sa.exc.DisconnectionError(f"idle connection did not answer: {exc}") from exc
 
 
 def _enter_wal(cur: Any, timeout: float) -> None:
