@@ -4,8 +4,8 @@ Every read and write of the store is a plain function of a SQLAlchemy
 ``Connection``. Where it runs depends on the backend:
 
 * SQLite (embedded default): a synchronous engine. Writes run on one
-  dedicated writer thread (SQLite has a single writer anyway), a whole
-  group-commit batch per thread hop; reads run on a small thread pool with
+  dedicated writer thread (SQLite has a single writer anyway) over one connection
+  it keeps, a whole group-commit batch per thread hop; reads run on a small thread pool with
   their own connections (WAL: readers never wait for the writer). Going
   through aiosqlite instead costs a thread hop per statement, which made
   batches slow enough to dominate ingest latency.
@@ -18,7 +18,8 @@ Every read and write of the store is a plain function of a SQLAlchemy
 * PostgreSQL: the asyncpg dialect on a plain ``Engine``, each batch or read run
   whole in one greenlet (``greenlet_spawn``, what ``AsyncConnection.run_sync`` does),
   so SQLAlchemy's asyncio extension, whose package imports the ORM (~6 MB a
-  process), is never loaded.
+  process), is never loaded. A pooled connection is pinged only after it rested
+  (:func:`_ping_when_idle`).
 """
 
 from __future__ import annotations
