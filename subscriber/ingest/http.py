@@ -16,17 +16,15 @@ notifications with ``requests`` and ``data=json.dumps(...)``, which sets no
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import re
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 from prometheus_client import Counter
 
 from schemas import NotificationParseError, parse_notification
@@ -34,7 +32,7 @@ from schemas.openapi import OPENAPI_PATH, openapi_document
 from subscriber import tracing
 from subscriber.config import HttpSettings
 from subscriber.errors import LccnError, ListenFailed
-from subscriber.ingest.problems import error_response, problem_response
+from subscriber.ingest.problems import Guard, problem_middleware_with, problem_response
 from subscriber.ingest.traced import ingest_attributes, note_appended
 from subscriber.lifecycle import Component
 from subscriber.store import NewEvent
@@ -141,9 +139,6 @@ async def _notification(request: web.Request) -> web.Response:
 
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _CALLBACK_CODES = (204, 400, 401, 413, 415, 500, 503)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Guard = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
-"""Looks at a request before its handler: the answer that refuses it, or ``None``."""
 GUARDS_KEY = web.AppKey("guards", list[Guard])
 
 
@@ -186,41 +181,6 @@ def response_counter(
     return count
 
 
-def _listener_middleware(
-    guards: list[Guard], count: Callable[[str, int], None] | None
-) -> Middleware:
-    """The listener's one middleware: the guards, then the handler; every error as
-    ProblemDetails (aiohttp's own 404, 405, 413 ... and a 500 for anything unexpected);
-    every answer counted, the guards' and the errors' too. One layer rather than one
-    per concern: each is a coroutine frame on every notification's path."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            response = None
-            for guard in guards:
-                response = await guard(request)
-                if response is not None:
-                    break
-            if response is None:
-                response = await handler(request)
-        except web.HTTPException as exc:
-            if exc.status < 400:  # a redirect: aiohttp sends it
-                if count is not None:
-                    count(request.path, exc.status)
-                raise
-            response = error_response(request, exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            response = error_response(request, exc)
-        if count is not None:
-            count(request.path, response.status)
-        return response
-
-    return middleware
-
-
 def make_app(
     settings: HttpSettings,
     sink: EventSink,
@@ -236,7 +196,7 @@ def make_app(
     count = response_counter(responses, settings.path, hook_path) if responses is not None else None
     # The body cap is enforced by _read_capped; aiohttp's own cap must not cut in first.
     app = web.Application(
-        middlewares=[_listener_middleware(guards, count)],
+        middlewares=[problem_middleware_with(guards, count)],
         client_max_size=settings.max_body_bytes + 1,
     )
     app[GUARDS_KEY] = guards

@@ -315,11 +315,10 @@ class Database:
         """The writer thread's connection, opened on first use. Kept between batches: the
         pool's check-out, reset (a rollback) and check-in each batch held the GIL for
         about as long as the batch's own statements, while ingest's loop waited for it."""
-        conn = self._writer_conn
-        if conn is None or conn.closed or conn.invalidated:
+        if self._writer_conn is None:  # a failed batch gave it back (run() above)
             assert self._write_engine is not None
-            conn = self._writer_conn = self._write_engine.connect()
-        return conn
+            self._writer_conn = self._write_engine.connect()
+        return self._writer_conn
 
     def _close_writer_connection(self) -> None:
         conn, self._writer_conn = self._writer_conn, None
