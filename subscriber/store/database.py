@@ -19,7 +19,8 @@ Every read and write of the store is a plain function of a SQLAlchemy
   whole in one greenlet (``greenlet_spawn``, what ``AsyncConnection.run_sync`` does),
   so SQLAlchemy's asyncio extension, whose package imports the ORM (~6 MB a
   process), is never loaded. A pooled connection is pinged only after it rested
-  (:func:`_ping_when_idle`).
+  (:func:`_ping_when_idle`). A write that is one statement can run without ``BEGIN``
+  and ``COMMIT`` (:meth:`Database.write_alone`): ingest's append batches do.
 """
 
 from __future__ import annotations
@@ -310,6 +311,21 @@ class Database:
                     raise
 
         return await asyncio.get_running_loop().run_in_executor(self._writer_thread, run)
+
+    async def write_alone(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` where each statement commits on its own (PostgreSQL: no
+        ``BEGIN`` or ``COMMIT``, two round trips fewer): for a write that is one
+        statement. SQLite: in a write transaction, as :meth:`write_batch`."""
+        if self._async is not None:
+            engine = self._async
+
+            def write_in_greenlet() -> T:
+                with engine.connect() as conn:
+                    return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
+
+            return await _in_greenlet(write_in_greenlet)
+        result: T = (await self.write_batch([fn]))[0]
+        return result
 
     def _writer_connection(self) -> Connection:
         """The writer thread's connection, opened on first use. Kept between batches: the

@@ -323,6 +323,48 @@ def _insert_new_postgresql(
     return inserted, _existing_ids(conn, missing)
 
 
+# A whole append batch in one statement that commits on its own (no BEGIN or COMMIT
+# round trips): its rows are inserted unless one of its op-occs has a stored FAILED_TEMP
+# (then none is, and the batch takes the transactional path, which numbers attempts).
+# The ids of keys stored before come from a second look only when there are such keys.
+_PG_APPEND = (
+    "WITH batch AS (SELECT * FROM unnest("
+    + ", ".join(f"${i}::{_array_type(c)}[]" for i, c in enumerate(APPEND_COLUMNS, 1))
+    + f") AS t({', '.join(APPEND_COLUMNS)})), "
+    f"failing AS ({_FAILING} = ANY(${len(APPEND_COLUMNS) + 1}::text[])), "
+    f"added AS (INSERT INTO events ({', '.join(APPEND_COLUMNS)}) "
+    "SELECT * FROM batch WHERE NOT EXISTS (SELECT 1 FROM failing) "
+    "ON CONFLICT (dedup_key) DO NOTHING RETURNING dedup_key, id) "
+    "SELECT false, dedup_key, id FROM added "
+    "UNION ALL SELECT true, vnf_lcm_op_occ_id, 0 FROM failing"
+)
+
+
+def _append_postgresql(
+    conn: Connection, rows: Sequence[dict[str, Any]]
+) -> tuple[dict[str, int], dict[str, int]] | None:
+    """PostgreSQL, a batch none of whose rows is a FAILED_TEMP: store its new rows (their
+    attempt is 0) in one statement; ``None`` (nothing stored) when an op-occ of the
+    batch has a stored FAILED_TEMP, whose attempts :func:`assign_attempts` must number.
+
+    ``conn`` commits each statement on its own (``Database.write_alone``). A key the
+    insert skipped was committed before it returned (``ON CONFLICT`` waits for the
+    transaction that holds it), so the look for its id that follows finds it.
+    """
+    firsts: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        firsts.setdefault(row["dedup_key"], row)
+    unique = builtins.list(firsts.values())
+    columns = [builtins.list(c) for c in zip(*map(_append_values, unique), strict=True)]
+    occs = builtins.list({r["vnf_lcm_op_occ_id"] for r in unique if r["vnf_lcm_op_occ_id"]})
+    inserted: dict[str, int] = {}
+    for failing, key, event_id in conn.exec_driver_sql(_PG_APPEND, (*columns, occs)):
+        if failing:
+            return None
+        inserted[key] = event_id
+    return inserted, _existing_ids(conn, [key for key in firsts if key not in inserted])
+
+
 class EventStore(Component):
     """Appends events with group commit and answers the dispatcher's queries.
 
@@ -454,8 +496,14 @@ class EventStore(Component):
         insert = _insert_new_sqlite if self._db.is_sqlite else _insert_new_postgresql
         rows: builtins.list[dict[str, Any]] = []
 
+        def take() -> None:
+            if not commit.started:
+                rows.extend(
+                    row for item in commit.take(self._waiting, self._max) for row in item.rows
+                )
+
         def write(conn: Connection) -> tuple[dict[str, int], dict[str, int]]:
-            rows.extend(row for item in commit.take(self._waiting, self._max) for row in item.rows)
+            take()
             if not rows:  # what it was queued for went with the commit before it
                 return {}, {}
             # Attempts first: they complete the dedup keys. Then duplicates
@@ -466,11 +514,22 @@ class EventStore(Component):
                 firsts.setdefault(row["dedup_key"], row)
             return insert(conn, builtins.list(firsts.values()))
 
+        def write_alone(conn: Connection) -> tuple[dict[str, int], dict[str, int]] | None:
+            take()
+            if not rows:
+                return {}, {}
+            if any(r["operation_state"] == "FAILED_TEMP" for r in rows):
+                return None
+            return _append_postgresql(conn, rows)
+
         try:
             # Straight to the database (not the job writes' queue): appends are
             # what Tacker and Kafka wait for. SQLite groups them with whatever
             # else is queued for its writer thread.
-            inserted, existing = (await self._db.write_batch([write]))[0]
+            written = None if self._db.is_sqlite else await self._db.write_alone(write_alone)
+            if written is None:
+                written = (await self._db.write_batch([write]))[0]
+            inserted, existing = written
         except asyncio.CancelledError:
             commit.cancelled = True
             for item in commit.batch:
