@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from schemas import VnfLcmOperationOccurrenceNotification
 from subscriber.errors import StoreError, StoreUnavailable
+from subscriber.heap import trim_malloc
 from subscriber.lifecycle import Component, State
 from subscriber.redact import redact, redact_text
 from subscriber.store import statements as st
@@ -35,7 +36,7 @@ from subscriber.store.records import (
     state_rank,
 )
 from subscriber.store.tables import EventStatus, events, kv, leases
-from subscriber.store.writer import INGEST, WriteQueue
+from subscriber.store.writer import IDLE_TRIM_AFTER, INGEST, WriteQueue
 
 __all__ = ["AppendObservation", "AppendedEvent", "EventStore", "LaneSnapshot", "QueueStats"]
 
@@ -474,6 +475,7 @@ class EventStore(Component):
             committing.pop(task, None)
             self._wake.set()
 
+        trimmed = True  # no commit since malloc was last trimmed
         try:
             while True:
                 if not self._waiting:
@@ -484,9 +486,20 @@ class EventStore(Component):
                     task = asyncio.ensure_future(self._commit_batch(commit))
                     committing[task] = commit
                     task.add_done_callback(done)
+                    trimmed = False
                     continue
                 self._wake.clear()
-                await self._wake.wait()
+                if trimmed or committing:
+                    await self._wake.wait()
+                    continue
+                try:
+                    await asyncio.wait_for(self._wake.wait(), IDLE_TRIM_AFTER)
+                except TimeoutError:
+                    # A burst of appends is over (a backlog stored): what its requests
+                    # and rows freed goes back to the kernel. Ingest's appends do not
+                    # pass the store's write queue, which trims after its own bursts.
+                    trimmed = True
+                    trim_malloc()
         finally:
             for task in list(committing):
                 task.cancel()

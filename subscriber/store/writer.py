@@ -39,7 +39,7 @@ INGEST = 0
 JOBS = 1
 _TASK = "store-writer"
 # Seconds without a write after which the writer gives the memory its batches freed back.
-_IDLE_TRIM_AFTER = 1.0
+IDLE_TRIM_AFTER = 1.0
 
 
 class WriteQueue(Component):
@@ -102,7 +102,7 @@ class WriteQueue(Component):
                     await self._ready.wait()
                     continue
                 try:
-                    await asyncio.wait_for(self._ready.wait(), _IDLE_TRIM_AFTER)
+                    await asyncio.wait_for(self._ready.wait(), IDLE_TRIM_AFTER)
                 except TimeoutError:
                     # A burst of writes is over (ingest: a backlog stored): what its
                     # requests, rows and statements freed goes back to the kernel.

@@ -4,6 +4,7 @@ freed memory back."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
 import subprocess
@@ -12,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from schemas import parse_notification
 from subscriber.config import DatabaseSettings
-from subscriber.store import writer
+from subscriber.store import NewEvent, Store, writer
+from subscriber.store import events as event_store
 from subscriber.store.database import Database
 from tests import REPO
+from tests.factories import op_occ
 
 _CALL = "from subscriber.heap import limit_malloc_arenas; print(limit_malloc_arenas())"
 _TRIM = """
@@ -85,7 +89,7 @@ async def test_the_store_writer_trims_once_a_burst_of_writes_is_over(
     burst: never while it writes, never again while it stays idle."""
     trims: list[int] = []
     monkeypatch.setattr(writer, "trim_malloc", lambda: trims.append(1) or True)
-    monkeypatch.setattr(writer, "_IDLE_TRIM_AFTER", 0.05)
+    monkeypatch.setattr(writer, "IDLE_TRIM_AFTER", 0.05)
     db = Database(DatabaseSettings(url=f"sqlite:///{tmp_path / 'lccn.db'}"))
     queue = writer.WriteQueue(db)
     await queue.start()
@@ -103,3 +107,31 @@ async def test_the_store_writer_trims_once_a_burst_of_writes_is_over(
     finally:
         await queue.stop()
         await db.dispose()
+
+
+async def test_ingest_trims_once_a_burst_of_appends_is_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends go to the database past the write queue: the event writer gives back what
+    a stored backlog freed itself, once the appends stop, once per burst."""
+    trims: list[int] = []
+    monkeypatch.setattr(event_store, "trim_malloc", lambda: trims.append(1) or True)
+    monkeypatch.setattr(event_store, "IDLE_TRIM_AFTER", 0.05)
+    async with Store(DatabaseSettings(url=f"sqlite:///{tmp_path / 'lccn.db'}")) as store:
+        await asyncio.sleep(0.15)
+        assert trims == []  # nothing appended yet
+        for _ in range(3):
+            await asyncio.gather(*(store.events.append(_new()) for _ in range(20)))
+        assert trims == []
+        await asyncio.sleep(0.3)
+        assert trims == [1]
+        await asyncio.sleep(0.2)
+        assert trims == [1]  # idle: nothing more to give back
+        await store.events.append(_new())
+        await asyncio.sleep(0.3)
+        assert trims == [1, 1]
+
+
+def _new() -> NewEvent:
+    raw = json.dumps(op_occ()).encode()
+    return NewEvent(source="http", notification=parse_notification(raw), raw=raw)
