@@ -263,13 +263,19 @@ class Database:
     # -- running operations ----------------------------------------------------
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn(conn)`` in a read transaction and return its result."""
+        """Run ``fn(conn)``, which only reads, and return its result.
+
+        SQLite: in a read transaction (one snapshot for all its statements). PostgreSQL:
+        each statement on its own, as :meth:`write_alone` runs them: at READ COMMITTED
+        (the default) every statement takes its own snapshot in a transaction too, and
+        the ``BEGIN`` and the ``ROLLBACK`` that ends it were two round trips a read.
+        """
         if self._async is not None:
             engine = self._async
 
             def read_in_greenlet() -> T:
                 with engine.connect() as conn:
-                    return fn(conn)
+                    return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
 
             return await _in_greenlet(read_in_greenlet)
         assert self._read_engine is not None

@@ -1,6 +1,7 @@
-"""PostgreSQL: an append batch is one statement that commits on its own (one round trip,
-where ``BEGIN``, a FAILED_TEMP lookup, the insert and ``COMMIT`` were four), and a batch
-whose op-occ failed before still numbers its attempts in a transaction."""
+"""PostgreSQL round trips: an append batch is one statement that commits on its own (where
+``BEGIN``, a FAILED_TEMP lookup, the insert and ``COMMIT`` were four), a batch whose
+op-occ failed before still numbers its attempts in a transaction, and a read is its
+statements alone (no ``BEGIN``, no ``ROLLBACK``)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,30 @@ async def test_an_op_occ_that_failed_before_is_numbered_in_a_transaction(
             1,
         )
         assert rows[fresh.event_id].dedup_key == other.dedup_key
+
+
+async def test_a_read_sends_its_statements_and_nothing_else(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Store(DatabaseSettings(url=pg_url)) as store:
+        stored = await store.events.append(_event())
+        rollbacks: list[object] = []
+        rollback = asyncpg.transaction.Transaction.rollback
+
+        async def counted(transaction: Any) -> None:
+            rollbacks.append(transaction)
+            await rollback(transaction)
+
+        monkeypatch.setattr(asyncpg.transaction.Transaction, "rollback", counted)
+        wire = _Wire(store, monkeypatch)
+
+        row = await store.events.get(stored.event_id)
+        assert row is not None and row.id == stored.event_id
+        await store.events.queue_stats()
+        assert wire.begins == 0 and rollbacks == []
+        assert wire.statements  # the reads went to the server
+
+        # A read that fails leaves its connection fit for the next one.
+        with pytest.raises(sa.exc.DBAPIError):
+            await store.db.read(lambda c: c.exec_driver_sql("SELECT 1/0").all())
+        assert await store.db.read(lambda c: c.exec_driver_sql("SELECT 2").scalar()) == 2
