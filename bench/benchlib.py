@@ -247,6 +247,14 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process ``pid`` has used so far, in seconds (Linux)."""
+    # The fields after the command (which may hold spaces) start at state: utime and
+    # stime are the 12th and 13th of them.
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> tuple[float, float]:
     """(resident set now, its peak) of process ``pid``, in MB (Linux)."""
     fields = {}

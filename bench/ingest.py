@@ -34,6 +34,9 @@ the store afterwards: from the event's ``received_at`` (its append began; the
 Also timed: ours at half *the floor's* maximum rate, whose p99 is set against the
 floor's own p99 at that rate (issue 31: at most 1.5 times).
 
+Also read from ``/proc`` while the floor and ours are saturated: the CPU each of their
+processes (ours: ingest and its worker) and the load generator used a request.
+
 Prints throughput and p50/p99 latency of the three servers (the no-op's as context),
 the paced latencies, dispatch latencies per phase, and as the last line
 ``ratio=<ours/floor throughput>``.
@@ -61,11 +64,13 @@ from benchlib import (
     PATH,
     add_database_argument,
     backend_name,
+    cpu_seconds,
     drain,
     durability,
     free_port,
     machine,
     notification,
+    process_tree,
     scratch_database,
     serve,
     server_process,
@@ -201,20 +206,35 @@ def floor_server(port: int, database: str) -> AbstractContextManager[subprocess.
     return server_process([sys.executable, str(FLOOR), str(port), PATH, database, synchronous])
 
 
+async def saturate_counted(
+    url: str, bodies: list[bytes], concurrency: int, pids: list[int]
+) -> tuple[float, list[float], list[float]]:
+    """:func:`saturate`, and the CPU each of ``pids`` and this process (the load, last)
+    used a request meanwhile, in µs."""
+    before = [cpu_seconds(pid) for pid in pids] + [time.process_time()]
+    rate, latencies = await saturate(url, bodies, concurrency)
+    after = [cpu_seconds(pid) for pid in pids] + [time.process_time()]
+    used = [(b - a) / len(bodies) * 1e6 for a, b in zip(before, after, strict=True)]
+    return rate, latencies, used
+
+
 async def measure_floor(
     requests: int, concurrency: int, server: str, workdir: Path
-) -> tuple[float, list[float], list[float]]:
-    """The floor's max req/s and latencies, and its latencies at half that rate."""
+) -> tuple[float, list[float], list[float], list[float]]:
+    """The floor's max req/s and latencies, the CPU a request it and the load used then,
+    and its latencies at half that rate."""
     port = free_port()
     url = f"http://127.0.0.1:{port}{PATH}"
     async with scratch_database(server, workdir, "floor") as database:
         with floor_server(port, database) as proc:
             await wait_ready(url, proc)
             await saturate(url, [body(i) for i in range(300)], concurrency)
-            rate, latencies = await saturate(url, [body(i) for i in range(requests)], concurrency)
+            rate, latencies, cpu = await saturate_counted(
+                url, [body(i) for i in range(requests)], concurrency, [proc.pid]
+            )
             half_n = max(500, int(rate / 2 * 3))
             _, half = await paced(url, [body(i) for i in range(half_n)], rate / 2, concurrency)
-            return rate, latencies, half
+            return rate, latencies, cpu, half
 
 
 async def measure_noop(requests: int, concurrency: int) -> tuple[float, list[float]]:
@@ -261,7 +281,9 @@ async def main() -> None:
     print(f"noop: {noop_rate:.0f} req/s {spread(noop_lat)}")
 
     with tempfile.TemporaryDirectory(prefix="lccn-bench-") as tmp:
-        floor_rate, floor_lat, floor_half = await measure_floor(n, c, args.database, Path(tmp))
+        floor_rate, floor_lat, floor_cpu, floor_half = await measure_floor(
+            n, c, args.database, Path(tmp)
+        )
         print(
             "context, floor (aiohttp: JSON decode, the events row, group commit, 204 after "
             f"it; bench/http_floor.py): {floor_rate:.0f} req/s {spread(floor_lat)}; "
@@ -278,8 +300,17 @@ async def main() -> None:
                 warm = await drain(base)
                 print(f"warm-up: 300 requests, their jobs worked off in {warm:.1f}s")
 
-                our_rate, our_lat = await saturate(url, [body(i) for i in range(n)], c)
+                our_rate, our_lat, our_cpu = await saturate_counted(
+                    url, [body(i) for i in range(n)], c, process_tree(proc.pid)
+                )
                 print(f"ours: {our_rate:.0f} req/s {spread(our_lat)}")
+                print(
+                    "context, CPU a request at saturation (/proc): floor "
+                    f"{floor_cpu[0]:.0f} µs (the load {floor_cpu[-1]:.0f}); ours "
+                    + " + ".join(f"{used:.0f}" for used in our_cpu[:-1])
+                    + f" µs ({'ingest + worker' if len(our_cpu) > 2 else 'one process'}; "
+                    f"the load {our_cpu[-1]:.0f})"
+                )
                 print(f"context: ours / no-op = {our_rate / noop_rate:.2f}")
                 backlog = await drain(base)
                 job_rate = n / backlog if backlog > 0 else float("inf")
