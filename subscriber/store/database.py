@@ -271,13 +271,7 @@ class Database:
         the ``BEGIN`` and the ``ROLLBACK`` that ends it were two round trips a read.
         """
         if self._async is not None:
-            engine = self._async
-
-            def read_in_greenlet() -> T:
-                with engine.connect() as conn:
-                    return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
-
-            return await _in_greenlet(read_in_greenlet)
+            return await _statements_alone(self._async, fn)
         assert self._read_engine is not None
         engine = self._read_engine
 
@@ -323,13 +317,7 @@ class Database:
         ``BEGIN`` or ``COMMIT``, two round trips fewer): for a write that is one
         statement. SQLite: in a write transaction, as :meth:`write_batch`."""
         if self._async is not None:
-            engine = self._async
-
-            def write_in_greenlet() -> T:
-                with engine.connect() as conn:
-                    return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
-
-            return await _in_greenlet(write_in_greenlet)
+            return await _statements_alone(self._async, fn)
         result: T = (await self.write_batch([fn]))[0]
         return result
 
@@ -428,6 +416,17 @@ async def _in_greenlet(fn: Callable[[], T]) -> T:
     from sqlalchemy.util.concurrency import greenlet_spawn
 
     return await greenlet_spawn(fn)
+
+
+async def _statements_alone(engine: Engine, fn: Callable[[Connection], T]) -> T:
+    """``fn(conn)`` on a pooled connection of an asyncio dialect's ``engine`` where each
+    statement runs on its own, without ``BEGIN`` and ``COMMIT`` or ``ROLLBACK``."""
+
+    def run() -> T:
+        with engine.connect() as conn:
+            return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
+
+    return await _in_greenlet(run)
 
 
 def _run_all(ops: Sequence[SyncOp], conn: Connection) -> list[Any]:
