@@ -690,6 +690,10 @@ class KafkaSettings(_Section):
     records."""
     max_in_flight: int = Field(default=4000, gt=0)
     """Records fetched but not yet stored; above it the partitions are paused."""
+    pause_after: float = Field(default=1.0, gt=0)
+    """Seconds the store may stay ``max_in_flight`` records behind before the partitions are
+    paused (at most a quarter of ``max_poll_timeout``): pausing drops what aiokafka prefetched,
+    fetched again on resume, so a store a moment behind is waited for instead."""
     store_backoff_initial: float = Field(default=0.2, gt=0)
     """While the store fails, appends are retried with this backoff (seconds), doubling."""
     store_backoff_max: float = Field(default=10.0, gt=0)

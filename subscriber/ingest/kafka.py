@@ -332,7 +332,7 @@ class KafkaSource(Component):
         limit = self._settings.max_in_flight
         # How long the loop waits for a behind store before pausing, and how
         # often it polls while paused: well inside max_poll_interval.
-        hold = min(1.0, self._settings.max_poll_timeout / 4)
+        hold = min(self._settings.pause_after, self._settings.max_poll_timeout / 4)
         full_since: float | None = None
         while True:
             if self._in_flight >= limit or (self._paused and self._in_flight > limit // 2):
