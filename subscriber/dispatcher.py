@@ -312,8 +312,9 @@ class Dispatcher(Component):
             renew.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renew
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._store.leases.release(held.fence))
+            if not held.released:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._store.leases.release(held.fence))
 
     def _lost(self, lane: str, held: HeldLease, reason: str) -> None:
         log.error(
@@ -327,7 +328,8 @@ class Dispatcher(Component):
         """Run the lane's events in turn; ``first``: its snapshot read with the lease."""
         while self.state is State.RUNNING:
             held.check()
-            decision = await self._decide(lane, first)
+            snap = first if first is not None else await self._store.events.lane_snapshot(lane)
+            decision = self._choose(snap)
             first = None
             if decision.stale is not None:
                 await self._store.events.set_status(
@@ -356,11 +358,15 @@ class Dispatcher(Component):
                         continue
                     self._timers[lane] = decision.wait_until
                 break
+            # Nothing else open: a job that ends done lets the lease go in its own
+            # write, and the lane ends without looking again. An event appended
+            # since is in ``_dirty`` (wake-up or rescan), so the lane runs again.
+            held.last_of_lane = len(snap.open_events) == 1
             await self._runner.run(decision.event, held)
+            if held.released:
+                break
 
-    async def _decide(self, lane: str, snap: LaneSnapshot | None = None) -> Decision:
-        if snap is None:
-            snap = await self._store.events.lane_snapshot(lane)
+    def _choose(self, snap: LaneSnapshot) -> Decision:
         return choose_next(
             snap.open_events,
             snap.op_occ_events,
@@ -391,6 +397,8 @@ class Dispatcher(Component):
                 await asyncio.sleep(min(0.5, ttl / 10))
                 continue
             if not ok:
+                if held.release_sent:
+                    return  # refused because the job's last write released it
                 held.lose("taken over by another worker")
                 break
             held.valid_until = sent + ttl

@@ -311,6 +311,10 @@ class Runner:
             outcome = await self._record_failure(job, "(plan)", failure, adapter, fence)
             self._settled(event, handler, outcome, f"(plan): {failure.message}")
             return outcome, mode
+        # The lane's last open event: its outcome's write lets the lease go too.
+        releasing = lease if lease is not None and lease.last_of_lane else None
+        if releasing is not None:
+            releasing.release_sent = True
         await asyncio.shield(
             self._store.jobs.update(
                 job.id,
@@ -320,8 +324,11 @@ class Runner:
                 attempts=job.attempts,
                 final_step=final,
                 fence=fence,
+                release=releasing is not None,
             )
         )
+        if releasing is not None:
+            releasing.released = True
         adapter.info("job done", extra={"handler": handler.name, "steps": len(ctx.results)})
         self._settled(event, handler, JobOutcome.DONE, None, ended_early=ended_early)
         return JobOutcome.DONE, mode

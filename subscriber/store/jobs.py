@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from subscriber.redact import redact, redact_text
 from subscriber.store import statements as st
 from subscriber.store.database import Database
-from subscriber.store.leases import Fence, fenced
+from subscriber.store.leases import Fence, fenced, release_write
 from subscriber.store.tables import jobs, steps
 from subscriber.store.writer import WriteQueue
 
@@ -156,10 +156,12 @@ class JobStore:
         last_error: str | None = None,
         final_step: StepOutcome | None = None,
         fence: Fence | None = None,
+        release: bool = False,
     ) -> None:
         """Set a job's outcome and its event's status together.
 
-        ``final_step`` checkpoints the job's last step in the same write.
+        ``final_step`` checkpoints the job's last step in the same write; ``release``
+        (with ``fence``) lets the lane's lease go in it too.
         """
         now = time.time()
         detail = redact_text(last_error) if last_error else None
@@ -174,12 +176,15 @@ class JobStore:
         }
         event = {"b_event_id": event_id, "b_status": event_status, "b_detail": detail, "b_now": now}
         step_write = self._step_write(job_id, final_step) if final_step else None
+        release_op = release_write(fence) if release and fence is not None else None
 
         def write(conn: Connection) -> None:
             if step_write is not None:
                 step_write(conn)
             conn.execute(st.UPDATE_JOB, job)
             conn.execute(st.SET_EVENT_STATUS, event)
+            if release_op is not None:
+                release_op(conn)
 
         await self._writer.run(fenced(fence, write))
 

@@ -126,6 +126,16 @@ def fenced(
     return write
 
 
+def release_write(fence: Fence) -> Callable[[Connection], None]:
+    """The release of ``fence``'s lease as an operation, to join another write."""
+    args = {"b_lane": fence.lane, "b_owner": fence.owner, "b_token": fence.token}
+
+    def write(conn: Connection) -> None:
+        conn.execute(st.LEASE_RELEASE, args)
+
+    return write
+
+
 @dataclass(slots=True)
 class HeldLease:
     """A lease as its holder sees it: the fence, and until when it is surely ours.
@@ -133,11 +143,19 @@ class HeldLease:
     ``valid_until`` is on the monotonic clock, counted from the moment the
     last successful acquisition or renewal was *sent*, so it never overestimates;
     a process paused past it finds out on its first look after waking.
+
+    ``last_of_lane``: the dispatcher saw nothing else open in the lane, so the job
+    may release the lease in its outcome's own write (one transaction fewer; an
+    event appended meanwhile starts the lane again with a new lease).
+    ``release_sent`` is set before that write, ``released`` once it committed.
     """
 
     fence: Fence
     valid_until: float
     lost_reason: str | None = field(default=None)
+    last_of_lane: bool = False
+    release_sent: bool = False
+    released: bool = False
 
     def lose(self, reason: str) -> None:
         if self.lost_reason is None:
@@ -280,12 +298,7 @@ class LeaseStore:
 
     async def release(self, fence: Fence) -> None:
         """Let the lane go (the row stays, expired, so its token keeps growing)."""
-        args = {"b_lane": fence.lane, "b_owner": fence.owner, "b_token": fence.token}
-
-        def write(conn: Connection) -> None:
-            conn.execute(st.LEASE_RELEASE, args)
-
-        await self._write(write)
+        await self._write(release_write(fence))
 
     async def owners(self) -> list[str]:
         """Owners of leases not yet expired or released."""

@@ -145,7 +145,11 @@ _HELD = sa.and_(
     leases.c.owner == B("b_owner"),
     leases.c.token == B("b_token"),
 )
-LEASE_RENEW = leases.update().where(_HELD).values(expires_at=B("b_expires_at"))
+# A released lease (expires_at 0) is not renewed: a renewal that reaches the
+# database after the job's last write released the lease must not take it back.
+LEASE_RENEW = (
+    leases.update().where(_HELD, leases.c.expires_at > 0).values(expires_at=B("b_expires_at"))
+)
 LEASE_RELEASE = leases.update().where(_HELD).values(expires_at=0.0)
 # The fence of a write: a no-op update of the lease row, matched only while we
 # hold it with our token. On PostgreSQL it also locks the row until commit, so
