@@ -28,6 +28,10 @@ from tests.recorders import registry_with
 
 pytestmark = pytest.mark.asyncio
 
+# No rescan while a test runs: one would start a lane again that it finds active,
+# and the tests count the lane's leases and reads.
+_QUIET = {"reorder_window": 0, "rescan_interval": 60}
+
 
 class Steps:
     """One step per event; the first event of ``hold`` waits for ``gate``."""
@@ -94,7 +98,7 @@ async def test_a_lanes_last_job_releases_the_lease_with_its_outcome(
     start_service: ServiceFactory, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handler = Steps()
-    svc = await start_service(routing=registry_with(handler), reorder_window=0)
+    svc = await start_service(routing=registry_with(handler), **_QUIET)
     releases: list[Fence] = []
     snapshots: list[str] = []
     release, snapshot = svc.store.leases.release, svc.store.events.lane_snapshot
@@ -124,7 +128,7 @@ async def test_an_event_appended_while_the_last_job_runs_runs_next(
 ) -> None:
     first, second = uid(), uid()
     handler = Steps(hold=first)
-    svc = await start_service(routing=registry_with(handler), reorder_window=0)
+    svc = await start_service(routing=registry_with(handler), **_QUIET)
     lane = uid()
     await _post(http, svc, lane, first)
     await asyncio.wait_for(handler.waiting.wait(), 10)
@@ -145,8 +149,10 @@ async def test_a_renewal_refused_after_the_release_is_no_loss(
 ) -> None:
     """The renewer's refusal arrives while the job's releasing write is returning: the
     lane must not be cancelled as lost (its outcome is written; nothing was lost)."""
-    handler = Steps(seconds=0.8)
-    svc = await start_service(routing=registry_with(handler), lease_ttl=1.5, reorder_window=0)
+    # Renewed after 1 s (ttl/3), before the step ends (1.3 s); the renewal may wait
+    # until 3 s (the ttl) before it counts as timed out.
+    handler = Steps(seconds=1.3)
+    svc = await start_service(routing=registry_with(handler), lease_ttl=3.0, **_QUIET)
     released = asyncio.Event()
     refused = asyncio.Event()
     renew, update = svc.store.leases.renew, svc.store.jobs.update
