@@ -35,7 +35,7 @@ from schemas import LcmOperationType
 from subscriber.config import DispatchSettings
 from subscriber.errors import LeaseLost
 from subscriber.heap import trim_malloc
-from subscriber.lifecycle import Component, State
+from subscriber.lifecycle import Component, State, wait_set
 from subscriber.metrics import Metrics
 from subscriber.runner import Runner
 from subscriber.store import AppendedEvent, EventRow, EventStatus, Fence, HeldLease, Store
@@ -247,8 +247,7 @@ class Dispatcher(Component):
                 timeout = min(timeout, min(self._timers.values()) - time.time())
             # No await since the lanes were started, so no wake-up can be lost here.
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, timeout))
+            await wait_set(self._wake, max(0.0, timeout))
 
     def _lane_done(self, lane: str, task: asyncio.Task[None]) -> None:
         self._active.pop(lane, None)

@@ -40,7 +40,24 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["Component", "State"]
+__all__ = ["Component", "State", "wait_set"]
+
+
+async def wait_set(event: asyncio.Event, within: float) -> bool:
+    """Wait up to ``within`` seconds for ``event``; whether it was set.
+
+    Not ``asyncio.wait_for(event.wait(), timeout)``: on Python 3.11 that returns
+    normally when the task is cancelled in the same turn as the event is set, so the
+    cancellation is lost and a loop that waits again never stops (a Kafka source's
+    stop hung so in CI).
+    """
+    try:
+        async with asyncio.timeout(within):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ Records that are not notifications are stored as poison and committed past.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -49,7 +48,7 @@ from subscriber.ingest.kafka_records import (
 )
 from subscriber.ingest.offsets import OffsetTracker, Partition, Ticket
 from subscriber.ingest.traced import ingest_attributes, note_appended
-from subscriber.lifecycle import Component, State
+from subscriber.lifecycle import Component, State, wait_set
 from subscriber.store import AppendResult, NewEvent
 
 __all__ = [
@@ -345,8 +344,7 @@ class KafkaSource(Component):
                     self._pause(consumer)
                 self._progress.clear()
                 wait = hold if self._paused else full_since + hold - now
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._progress.wait(), wait)
+                await wait_set(self._progress, wait)
                 if self._paused:
                     # A poll keeps the membership alive; paused partitions
                     # return nothing, so re-pause any assigned since.
@@ -549,8 +547,7 @@ class KafkaSource(Component):
                     await asyncio.gather(*self._batches, return_exceptions=True)
                 return False
             self._progress.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._progress.wait(), remaining)
+            await wait_set(self._progress, remaining)
         return True
 
     # -- commits -------------------------------------------------------------

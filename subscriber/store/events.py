@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from schemas import VnfLcmOperationOccurrenceNotification
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.heap import trim_malloc
-from subscriber.lifecycle import Component, State
+from subscriber.lifecycle import Component, State, wait_set
 from subscriber.redact import redact, redact_text
 from subscriber.store import statements as st
 from subscriber.store.attempts import Seen, attempt_of, notified_at
@@ -492,9 +492,7 @@ class EventStore(Component):
                 if trimmed or committing:
                     await self._wake.wait()
                     continue
-                try:
-                    await asyncio.wait_for(self._wake.wait(), IDLE_TRIM_AFTER)
-                except TimeoutError:
+                if not await wait_set(self._wake, IDLE_TRIM_AFTER):
                     # A burst of appends is over (a backlog stored): what its requests
                     # and rows freed goes back to the kernel. Ingest's appends do not
                     # pass the store's write queue, which trims after its own bursts.

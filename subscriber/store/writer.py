@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from subscriber.errors import StoreError, StoreUnavailable
 from subscriber.heap import trim_malloc
-from subscriber.lifecycle import Component, State
+from subscriber.lifecycle import Component, State, wait_set
 from subscriber.store.database import Database
 
 __all__ = ["INGEST", "JOBS", "WriteOp", "WriteQueue"]
@@ -101,9 +101,7 @@ class WriteQueue(Component):
                 if self.batches == self._trimmed_at:
                     await self._ready.wait()
                     continue
-                try:
-                    await asyncio.wait_for(self._ready.wait(), IDLE_TRIM_AFTER)
-                except TimeoutError:
+                if not await wait_set(self._ready, IDLE_TRIM_AFTER):
                     # A burst of writes is over (ingest: a backlog stored): what its
                     # requests, rows and statements freed goes back to the kernel.
                     self._trimmed_at = self.batches
