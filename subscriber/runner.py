@@ -399,7 +399,7 @@ class Runner:
                     )
                 )
             try:
-                pending = await self._run_step(job, idx, step, ctx, started_at, fence)
+                pending = await self._run_step(job, idx, step, ctx, started_at, lease)
             except _JobEnds as ends:
                 return ends.checkpoint, True
         return pending, False
@@ -411,16 +411,27 @@ class Runner:
         step: Step,
         ctx: JobContext,
         started_at: float,
-        fence: Fence | None = None,
+        lease: HeldLease | None = None,
     ) -> StepOutcome:
         def outcome(status: str, **kw: Any) -> StepOutcome:
             return StepOutcome(idx, step.name, step.idempotent, status, started_at, **kw)
 
+        async def run_checked() -> Any:
+            # The last look at the lease, in the step's own task, after its "running"
+            # checkpoint: a process paused between that commit and here (SIGSTOP, a
+            # frozen VM) wakes past its lease and must not begin the effect, which the
+            # lane's new holder has already failed as interrupted.
+            if lease is not None:
+                lease.check()
+            return await step.run(ctx.for_step(step, started_at))
+
         try:
             # Current while the step runs: its SSH commands and Tacker calls are its children.
             with tracing.span("step", {"lccn.step": step.name} if tracing.enabled() else None):
-                done = await asyncio.wait_for(step.run(ctx.for_step(step)), step.timeout)
+                done = await asyncio.wait_for(run_checked(), step.timeout)
             result = result_json(done)
+        except LeaseLost:
+            raise
         except SkipStep as skip:
             self._observe_step(step.name, "skipped", started_at)
             stored = result_json(skip.result)

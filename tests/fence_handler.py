@@ -23,10 +23,10 @@ from subscriber.kernel import JobContext, Plan, RoutingTable, Step
 NON_IDEMPOTENT = frozenset({"apply"})
 
 
-def mark(ctx: JobContext, step: str, what: str) -> None:
+def mark(ctx: JobContext, step: str, what: str, at: float | None = None) -> None:
     """Append one line to the side-effect log (see the module docstring)."""
     line = (
-        f"{time.time():.6f} {os.getpid()} {ctx.event_id} {ctx.job_id} {step} {what} "
+        f"{at or time.time():.6f} {os.getpid()} {ctx.event_id} {ctx.job_id} {step} {what} "
         f"{ctx.vnf_instance_id}\n"
     )
     with open(os.environ["LCCN_TEST_SIDE_EFFECTS"], "a", encoding="utf-8") as fh:
@@ -35,7 +35,10 @@ def mark(ctx: JobContext, step: str, what: str) -> None:
 
 def _step(name: str, seconds: float) -> Step:
     async def run(ctx: JobContext) -> None:
-        mark(ctx, name, "start")
+        # A start is dated when the runner decided it (before its last lease check): a
+        # process stopped between that check and this line began the step before it
+        # stopped, and a run it decided after waking past its lease would show.
+        mark(ctx, name, "start", ctx.step_started_at)
         await asyncio.sleep(seconds)
         mark(ctx, name, "end")
 

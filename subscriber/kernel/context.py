@@ -120,6 +120,8 @@ class JobContext:
         log: a logger adapter carrying the event/job/instance ids.
         step: the name of the step this context is given to (:meth:`for_step`).
         reads: the result kinds that step declares (``needs`` and ``wants``).
+        step_started_at: when the runner decided to start that step (wall clock, taken
+            before its last lease check, so never later than the step could have begun).
     """
 
     event_id: int
@@ -133,14 +135,16 @@ class JobContext:
     source: str = ""
     step: str | None = None
     reads: frozenset[type[StepResult]] = frozenset()
+    step_started_at: float | None = None
 
     @property
     def vnf_instance_id(self) -> str:
         return self.notification.vnfInstanceId
 
-    def for_step(self, step: _Reader) -> JobContext:
-        """This context as ``step`` sees it (what it may read is what it declares)."""
-        return replace(self, step=step.name, reads=step.reads)
+    def for_step(self, step: _Reader, started_at: float | None = None) -> JobContext:
+        """This context as ``step`` sees it (what it may read is what it declares);
+        ``started_at``: when the runner decided to start it."""
+        return replace(self, step=step.name, reads=step.reads, step_started_at=started_at)
 
     def result(self, kind: type[R]) -> R:
         """The result of the earlier step that made ``kind``, which this step ``needs``.

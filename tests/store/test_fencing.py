@@ -22,7 +22,7 @@ from schemas import Notification, parse_notification
 from subscriber.config import DatabaseSettings
 from subscriber.errors import LeaseLost
 from subscriber.kernel import JobContext, Plan, Step
-from subscriber.store import EventStatus, Fence, NewEvent, Store
+from subscriber.store import EventStatus, Fence, HeldLease, NewEvent, Store
 from subscriber.store.jobs import StepOutcome
 from tests.backends import pg_dsn
 from tests.conftest import ServiceFactory, callback_url, wait_lanes_idle
@@ -180,6 +180,35 @@ async def test_a_lost_renewal_cancels_the_running_step_at_once_and_stops_the_lan
     assert [(e.status) for e in events] == ["running"]
     assert [(s.name, s.status) for s in steps] == [("slow", "running")]
     assert "lost the lease of a running lane" in caplog.text
+
+
+async def test_a_replica_paused_after_a_steps_checkpoint_does_not_begin_it_when_it_wakes(
+    start_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The step's "running" checkpoint commits, then the process stops (SIGSTOP, a frozen
+    # VM) until its lease has expired: another replica has failed that step as interrupted
+    # by then, so its effect must not begin now.
+    handler = SlowStep()
+    svc = await start_service(routing=registry_with(handler), reorder_window=0)
+    lane = uid()
+    token = await svc.store.leases.acquire(lane, "paused-replica", 60)  # not the dispatcher's
+    assert token is not None
+    held = HeldLease(Fence(lane, "paused-replica", token), valid_until=time.monotonic() + 60)
+    event = await svc.store.events.get(await _append(svc.store, lane))
+    assert event is not None
+    checkpoint = svc.store.jobs.step_started
+
+    async def then_paused(*args: Any, **kwargs: Any) -> None:
+        await checkpoint(*args, **kwargs)
+        held.valid_until = time.monotonic()  # the pause outlasted the lease
+
+    monkeypatch.setattr(svc.store.jobs, "step_started", then_paused)
+    with pytest.raises(LeaseLost):
+        await svc.runner.run(event, held)
+    assert not handler.started.is_set()
+    job = await svc.store.jobs.current(event.id)
+    assert job is not None
+    assert [(s.name, s.status) for s in await svc.store.jobs.steps(job.id)] == [("slow", "running")]
 
 
 async def test_a_renewal_that_times_out_counts_as_lost(
