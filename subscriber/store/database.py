@@ -95,8 +95,8 @@ def _shorten_gil_switch_interval() -> None:
     until the event loop's thread, busy decoding the next requests or records, is
     asked to let go: CPython asks once per switch interval, 5 ms by default. A group
     commit makes several such calls, so under load its rows waited for the GIL more
-    than for the disk. PostgreSQL's driver runs on the loop itself, which is why
-    Kafka ingest into PostgreSQL was the faster of the two. A shorter interval costs
+    than for the disk. PostgreSQL's driver runs on the loop itself, one reason why
+    Kafka ingest into PostgreSQL runs faster than into SQLite. A shorter interval costs
     the loop a few more hand-overs a second; an interval already shorter is kept.
     """
     if sys.getswitchinterval() > SQLITE_SWITCH_INTERVAL:
